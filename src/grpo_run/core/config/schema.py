@@ -1,0 +1,171 @@
+"""The typed run configuration: one frozen ``attrs`` tree, structured from TOML by
+:mod:`grpo_run.core.config.converter`.
+
+Fixed sections are plain attrs classes here. Plugin slots (``loss``, ``kl``, ``sampler``,
+``engine``, ``task``, ``verifiers.<name>``, ``trackers.<name>``) hold the chosen component's
+name and an instance of that component's own ``Config`` class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import validators as v
+
+positive = v.gt(0)
+non_negative = v.ge(0)
+
+
+def _unit_interval(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{attribute.name} must be in (0, 1], got {value}")
+
+
+@attrs.frozen
+class PluginSlot:
+    """A chosen component: its registered ``name`` and its structured ``Config`` instance."""
+
+    name: str
+    config: Any = None
+
+
+@attrs.frozen
+class KLSlot:
+    """The KL estimator and its weight in the loss."""
+
+    name: str = "k3"
+    beta: float = attrs.field(default=0.0, validator=non_negative)
+    """Weight of the KL term; 0 disables it and no reference model is loaded."""
+    config: Any = None
+
+
+@attrs.frozen
+class RunSection:
+    name: str = "grpo"
+    """Run name: the run directory is ``<output_dir>/<name>`` unless ``--output-dir`` is given."""
+    output_dir: str = "runs"
+    seed: int = 1
+
+
+@attrs.frozen
+class ModelSection:
+    name_or_path: str = "tiny-arithmetic"
+    """A registered model name (``grpo-run plugins``), a local directory or a Hugging Face id."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    device: str = "cpu"
+    """``cpu`` or ``cuda[:i]``."""
+    revision: str | None = None
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+
+
+@attrs.frozen
+class DataSection:
+    train_files: tuple[str, ...] = ()
+    """Local JSONL or parquet files with ``messages``/``prompt``, ``ground_truth``, ``verifier``."""
+    eval_files: tuple[str, ...] = ()
+    hf_dataset: str | None = None
+    """A Hugging Face dataset id (needs the ``data`` extra)."""
+    hf_train_split: str = "train"
+    hf_eval_split: str | None = None
+    max_prompt_token_length: int = attrs.field(default=256, validator=positive)
+    """Prompts longer than this (in tokens, after the chat template) are dropped with a warning."""
+    num_eval_prompts: int = attrs.field(default=0, validator=non_negative)
+    """Use at most this many eval prompts (0 = all)."""
+    default_verifier: str | None = None
+    """Verifier for rows that have no ``verifier`` column."""
+
+
+@attrs.frozen
+class RolloutSection:
+    num_unique_prompts_rollout: int = attrs.field(default=16, validator=positive)
+    num_samples_per_prompt_rollout: int = attrs.field(default=8, validator=positive)
+    """G: completions sampled per prompt."""
+    response_length: int = attrs.field(default=32, validator=positive)
+    """Maximum new tokens per completion."""
+    temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    top_p: float = attrs.field(default=1.0, validator=_unit_interval)
+    stop_strings: tuple[str, ...] = ()
+    async_steps: int = attrs.field(default=1, validator=positive)
+    """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
+
+
+@attrs.frozen
+class AlgorithmSection:
+    advantage_normalization_type: Literal["standard", "centered"] = "standard"
+    filter_zero_std_samples: bool = True
+    """Drop groups whose rewards are all equal (no learning signal)."""
+    pack_length: int = attrs.field(default=512, validator=positive)
+    """Tokens per packed learner row."""
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    mask_truncated_completions: bool = False
+    num_mini_batches: int = attrs.field(default=1, validator=positive)
+    num_epochs: int = attrs.field(default=1, validator=positive)
+    advantage_eps: float = attrs.field(default=1e-6, validator=v.gt(0.0))
+
+
+@attrs.frozen
+class OptimSection:
+    lr: float = attrs.field(default=1e-4, validator=v.gt(0.0))
+    weight_decay: float = attrs.field(default=0.0, validator=non_negative)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = attrs.field(default=1e-8, validator=v.gt(0.0))
+    warmup_steps: int = attrs.field(default=0, validator=non_negative)
+    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    """Schedule after warm-up; ``linear``/``cosine`` decay to zero at ``train.total_steps``."""
+    max_grad_norm: float = attrs.field(default=1.0, validator=v.gt(0.0))
+
+
+@attrs.frozen
+class TrainSection:
+    total_steps: int = attrs.field(default=100, validator=positive)
+    local_eval_every: int = attrs.field(default=10, validator=non_negative)
+    """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
+    max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
+    """Stop (cleanly, with a final eval and save) after this many seconds; 0 = no limit."""
+    stop_at_eval_accuracy: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
+    """Stop once ``eval/accuracy`` reaches this value; 0 = never."""
+    num_threads: int = attrs.field(default=0, validator=non_negative)
+    """torch intra-op threads; 0 = torch's default."""
+
+
+@attrs.frozen
+class CheckpointSection:
+    save_freq: int = attrs.field(default=0, validator=non_negative)
+    """Save the model every this many steps (0 = only at the end)."""
+    save_final: bool = True
+
+
+@attrs.frozen
+class LoggingSection:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    progress: bool = True
+    """Show the rich progress display (turned off automatically when stdout is not a terminal)."""
+    log_rollouts_every: int = attrs.field(default=0, validator=non_negative)
+    """Write sample completions to ``rollouts/step_<n>.jsonl`` every this many steps; 0 = never."""
+
+
+@attrs.frozen
+class RunConfig:
+    """The whole configuration of a run."""
+
+    run: RunSection = attrs.Factory(RunSection)
+    model: ModelSection = attrs.Factory(ModelSection)
+    data: DataSection = attrs.Factory(DataSection)
+    task: PluginSlot | None = None
+    rollout: RolloutSection = attrs.Factory(RolloutSection)
+    algorithm: AlgorithmSection = attrs.Factory(AlgorithmSection)
+    optim: OptimSection = attrs.Factory(OptimSection)
+    train: TrainSection = attrs.Factory(TrainSection)
+    checkpoint: CheckpointSection = attrs.Factory(CheckpointSection)
+    logging: LoggingSection = attrs.Factory(LoggingSection)
+    loss: PluginSlot = attrs.Factory(lambda: PluginSlot("dapo"))
+    kl: KLSlot = attrs.Factory(KLSlot)
+    sampler: PluginSlot = attrs.Factory(lambda: PluginSlot("uniform"))
+    engine: PluginSlot = attrs.Factory(lambda: PluginSlot("hf"))
+    verifiers: dict[str, Any] = attrs.Factory(dict)
+    """Enabled verifiers: name -> that verifier's structured ``Config``."""
+    trackers: dict[str, Any] = attrs.Factory(dict)
+    """Enabled trackers besides the always-on ``jsonl``: name -> structured ``Config``."""

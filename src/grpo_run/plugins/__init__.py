@@ -1,0 +1,1 @@
+"""Built-in plugins. Each subpackage is loaded through the grpo_run entry points."""

@@ -1,0 +1,1 @@
+"""Built-in samplers plugin (registered through the grpo_run entry point 'samplers')."""

@@ -1,0 +1,1 @@
+"""Built-in trackers plugin (registered through the grpo_run entry point 'trackers')."""

@@ -1,0 +1,1 @@
+"""Built-in verifiers plugin (registered through the grpo_run entry point 'verifiers')."""
