@@ -207,6 +207,7 @@ class EngineContext:
     dtype: torch.dtype
     device: str
     seed: int
+    attn_implementation: str = "sdpa"
 
 
 @runtime_checkable

@@ -33,20 +33,29 @@ REGISTRATION_HOOKS: dict[str, str] = {
 class PluginHost:
     """The plugin manager plus the registry built from it. Create one per process/run."""
 
-    def __init__(self, pm: pluggy.PluginManager, registry: ComponentRegistry) -> None:
+    def __init__(
+        self, pm: pluggy.PluginManager, registry: ComponentRegistry, distributions: set[tuple[str, str]]
+    ) -> None:
         self.pm = pm
         self.registry = registry
+        self._distributions = distributions
 
     def distributions(self) -> list[tuple[str, str]]:
         """(name, version) of every distribution that contributed a plugin, sorted."""
-        seen = {(_dist_name(d), d.version) for _, d in self.pm.list_plugin_distinfo()}
-        seen |= {(e.distribution, e.version) for e in self.registry}
-        return sorted(seen)
+        return sorted(self._distributions | {(e.distribution, e.version) for e in self.registry})
 
-    # Lifecycle hooks: observers; their failures are reported by the caller, not raised.
-    @property
-    def hook(self) -> pluggy.HookRelay:
-        return self.pm.hook
+    def notify(self, hook_name: str, **kwargs: object) -> list[str]:
+        """Call a lifecycle hook on every plugin; a failing plugin is reported, never raised.
+
+        Returns one message per failing implementation (the caller logs and counts them).
+        """
+        failures = []
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            try:
+                impl.function(**{k: kwargs[k] for k in impl.argnames})
+            except Exception as exc:  # observers must never take a run down
+                failures.append(f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}")
+        return failures
 
 
 def build_plugin_host(*, autoload: bool | None = None, extra_plugins: Iterable[tuple[object, str]] = ()) -> PluginHost:
@@ -89,7 +98,7 @@ def build_plugin_host(*, autoload: bool | None = None, extra_plugins: Iterable[t
         for impl in reversed(caller.get_hookimpls()):
             dist_name, version = dist_of.get(id(impl.plugin), (impl.plugin_name, "?"))
             impl.function(register=Registrar(registry, family, dist_name, version))
-    return PluginHost(pm, registry)
+    return PluginHost(pm, registry, set(dist_of.values()))
 
 
 def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:
@@ -99,7 +108,3 @@ def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:
 
 def _normalise(name: str) -> str:
     return name.lower().replace("_", "-")
-
-
-def _dist_name(dist: object) -> str:
-    return getattr(dist, "project_name", None) or getattr(dist, "metadata", {}).get("name", "?")

@@ -139,6 +139,14 @@ class CheckpointSection:
 
 
 @attrs.frozen
+class ScoringSection:
+    num_workers: int = attrs.field(default=1, validator=non_negative)
+    """Verifier worker processes; 0 scores in-process (no timeout enforcement, for debugging)."""
+    timeout_s: float = attrs.field(default=10.0, validator=v.gt(0.0))
+    """Per-call limit; a verifier still running then is killed and the row scores 0."""
+
+
+@attrs.frozen
 class LoggingSection:
     level: Literal["debug", "info", "warning", "error"] = "info"
     progress: bool = True
@@ -160,6 +168,7 @@ class RunConfig:
     optim: OptimSection = attrs.Factory(OptimSection)
     train: TrainSection = attrs.Factory(TrainSection)
     checkpoint: CheckpointSection = attrs.Factory(CheckpointSection)
+    scoring: ScoringSection = attrs.Factory(ScoringSection)
     logging: LoggingSection = attrs.Factory(LoggingSection)
     loss: PluginSlot = attrs.Factory(lambda: PluginSlot("dapo"))
     kl: KLSlot = attrs.Factory(KLSlot)

@@ -1,1 +1,10 @@
-"""Built-in trackers plugin (registered through the grpo_run entry point 'trackers')."""
+"""Built-in metric trackers."""
+
+from grpo_run import hookimpl
+
+
+@hookimpl
+def grpo_run_register_trackers(register):
+    from grpo_run.plugins.trackers.jsonl import JsonlTracker
+
+    register(JsonlTracker)

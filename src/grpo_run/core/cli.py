@@ -1,0 +1,95 @@
+"""The ``grpo-run`` command.
+
+    grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR]   train
+    grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
+    grpo-run plugins                                                list plugins and components
+
+User mistakes print a clear message and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from grpo_run.core.errors import RunError, UserError
+
+COMMANDS = ("train", "check", "plugins")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpo-run", description="GRPO training for language models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("train", "train with a TOML config"), ("check", "validate a config without loading a model")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("config", help="path to the TOML config")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
+        if name == "train":
+            p.add_argument("--output-dir", help="run directory (default: <run.output_dir>/<run.name>)")
+    sub.add_parser("plugins", help="list plugin distributions and the components they register")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
+        args_list.insert(0, "train")  # `grpo-run config.toml` means train
+    args = _parser().parse_args(args_list)
+    err = Console(stderr=True, highlight=False)
+    try:
+        return _dispatch(args)
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        return exc.exit_code
+    except RunError as exc:
+        err.print(f"[bold red]run stopped:[/] {exc}", soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from grpo_run.core.plugins import build_plugin_host
+
+    host = build_plugin_host()
+    if args.command == "plugins":
+        return _print_plugins(host)
+    from grpo_run.core.config import load_config
+
+    cfg = load_config(args.config, host.registry, args.overrides)
+    if args.command == "check":
+        print(f"{args.config}: ok")
+        return 0
+    from grpo_run.core.train import default_run_dir, train
+
+    run_dir = Path(args.output_dir) if args.output_dir else default_run_dir(cfg)
+    train(cfg, host, run_dir)
+    return 0
+
+
+def _print_plugins(host) -> int:
+    console = Console(width=120)
+    dists = Table(title="plugin distributions")
+    dists.add_column("distribution")
+    dists.add_column("version")
+    for name, version in host.distributions():
+        dists.add_row(name, version)
+    console.print(dists)
+    comps = Table(title="components")
+    for col in ("family", "name", "distribution", "class"):
+        comps.add_column(col)
+    for entry in host.registry:
+        comps.add_row(entry.family, entry.name, entry.distribution, f"{entry.cls.__module__}.{entry.cls.__qualname__}")
+    console.print(comps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Config errors: :class:`ConfigIssue`, :class:`ConfigError`, and the formatter that turns the
+``cattrs`` exception tree raised while structuring into one issue per problem.
+
+``cattrs.transform_error`` would flatten the same tree, but its default formatter replaces an
+``attrs`` validator's message with a generic one; ours keeps the validator's own words and only
+drops what the key path already says.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+from cattrs.errors import AttributeValidationNote, IterableValidationNote
+
+from grpo_run.core.config.dumping import toml_key
+from grpo_run.core.errors import UserError
+from grpo_run.core.registry import did_you_mean
+
+_TOML_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "float"),
+    (str, "string"),
+    (Mapping, "table"),
+    (list, "array"),
+    (tuple, "array"),
+    (datetime.datetime, "datetime"),
+    (datetime.date, "date"),
+    (datetime.time, "time"),
+)
+# attrs' comparison validators (gt, ge, lt, le) say "'lr' must be > 0: -1".
+_ATTRS_COMPARISON = re.compile(r"^'(?P<name>[^']+)' must be (?P<op>[<>]=?) (?P<bound>.+): (?P<got>.+)$", re.S)
+
+
+@attrs.frozen
+class ConfigIssue:
+    """One problem in a config: where (a dotted key path, ``""`` for the whole file) and what."""
+
+    path: str
+    message: str
+
+
+class ConfigError(UserError):
+    """A config that cannot be used; ``issues`` lists every problem found, not just the first."""
+
+    def __init__(self, source: str, issues: Sequence[ConfigIssue]) -> None:
+        super().__init__(source, list(issues))
+        self.source = source
+        """Where the config came from: the file name, ``--set`` or ``<config>``."""
+        self.issues: list[ConfigIssue] = list(issues)
+
+    def __str__(self) -> str:
+        return "\n".join(
+            f"{self.source}: {issue.path}: {issue.message}" if issue.path else f"{self.source}: {issue.message}"
+            for issue in self.issues
+        )
+
+
+class UnknownKeyError(ValueError):
+    """A key that the table's class does not have."""
+
+
+class MissingKeyError(ValueError):
+    """A required key (a field without a default) that the table lacks."""
+
+
+def toml_type_name(value: Any) -> str:
+    """The TOML name of a value's type (``string``, ``integer``, ``table``, ...)."""
+    for cls, name in _TOML_TYPES:
+        if isinstance(value, cls):
+            return name
+    return type(value).__name__
+
+
+def describe_value(value: Any) -> str:
+    """``string 'abc'``, ``integer 3``, ``table`` -- for "expected X, got Y" messages."""
+    kind = toml_type_name(value)
+    if isinstance(value, Mapping):
+        return kind
+    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    return f"{kind} {shown if len(shown) <= 60 else shown[:57] + '...'}"
+
+
+def with_key(exc: Exception, key: str | int) -> Exception:
+    """Attach the ``cattrs`` note that puts ``exc`` under ``key`` in the error path."""
+    if isinstance(key, int):
+        exc.add_note(IterableValidationNote(f"index {key}", key, Any))
+    else:
+        exc.add_note(AttributeValidationNote(f"key {key!r}", key, Any))
+    return exc
+
+
+def unknown_key_error(key: str, allowed: Collection[str]) -> UnknownKeyError:
+    """``unknown key (did you mean 'temperature'?)``, placed under ``key``."""
+    exc = UnknownKeyError(f"unknown key{did_you_mean(key, sorted(allowed))}")
+    with_key(exc, key)
+    return exc
+
+
+def join_path(parts: Sequence[str | int]) -> str:
+    """``("optim", "betas", 1)`` -> ``"optim.betas[1]"``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + toml_key(part)
+    return out
+
+
+def issues_from_exception(exc: BaseException, path: Sequence[str | int] = ()) -> list[ConfigIssue]:
+    """Every leaf error under ``exc`` (a ``cattrs`` validation group or a plain exception)."""
+    return list(_walk(exc, tuple(path)))
+
+
+def _walk(exc: BaseException, path: tuple[str | int, ...]) -> Iterator[ConfigIssue]:
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            yield from _walk(sub, path + _note_parts(sub))
+        return
+    yield ConfigIssue(join_path(path), describe_exception(exc, path[-1] if path else None))
+
+
+def _note_parts(exc: BaseException) -> tuple[str | int, ...]:
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            return (note.name,)
+        if isinstance(note, IterableValidationNote):
+            return (note.index,)
+    return ()
+
+
+def describe_exception(exc: BaseException, key: str | int | None) -> str:
+    """The message of one leaf error, minus a leading ``'<key>'`` that the path already shows.
+
+    attrs comparison messages are reworded: ``'lr' must be > 0: -1`` -> ``must be > 0 (got -1)``.
+    """
+    # attrs' instance_of/in_ raise with (message, attribute, expected, value) as args.
+    message = exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else str(exc)
+    if not message:
+        return type(exc).__name__
+    match = _ATTRS_COMPARISON.match(message)
+    if match and match["name"] == key:
+        return f"must be {match['op']} {match['bound']} (got {match['got']})"
+    prefix = f"'{key}' "
+    if isinstance(key, str) and message.startswith(prefix):
+        return message[len(prefix) :]
+    return message

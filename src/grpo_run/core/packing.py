@@ -1,0 +1,256 @@
+"""Pack prompt+completion sequences into learner rows (first-fit decreasing).
+
+Every sequence keeps its own ``position_ids`` (restarting at 0) and its own ``seq_ids`` value, so
+the learner can stop sequences attending to each other (see :mod:`grpo_run.core.logprobs`).
+
+Alignment convention, shared with :func:`grpo_run.core.logprobs.packed_token_logprobs`: the value
+at position ``t`` of a per-token tensor belongs to the token ``input_ids[t]`` -- for log-probs, it is
+``log p(input_ids[t] | earlier tokens of the same sequence)``, computed from the logits at ``t - 1``.
+So completion token ``k`` of a sequence sits at ``start + len(prompt_ids) + k`` in its row, and
+``completion_mask``, ``advantages`` and ``engine_logprobs`` are set at exactly those positions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+
+@attrs.frozen
+class SequenceToPack:
+    """One prompt+completion sequence headed for the learner."""
+
+    prompt_ids: list[int]
+    """Prompt token ids; at least one (the first completion token needs a token to predict it from)."""
+    completion_ids: list[int]
+    """Generated token ids."""
+    advantage: float
+    """Group-relative advantage, applied to every completion token."""
+    engine_logprobs: list[float]
+    """Generation engine's log-prob of each completion token (``len == len(completion_ids)``)."""
+    seq_id: int
+    """Caller's identifier of the sequence (kept in :attr:`PackedBatch.source_seq_ids`)."""
+    loss_mask: bool = True
+    """Whether the completion tokens count in the loss (False: packed, but masked out)."""
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+@attrs.frozen(eq=False)
+class PackedBatch:
+    """Packed learner rows. Every tensor is ``[R, L]``: R rows, L = the longest row's length.
+
+    L is the longest *used* row, not ``pack_length``, so no row carries padding beyond what the
+    packing itself leaves; padding sits at the end of each row.
+    """
+
+    input_ids: torch.Tensor
+    """long ``[R, L]``; ``pad_token_id`` on padding."""
+    position_ids: torch.Tensor
+    """long ``[R, L]``; restarts at 0 at every sequence start, 0 on padding."""
+    seq_ids: torch.Tensor
+    """long ``[R, L]``; batch-local sequence index ``0..num_seqs-1`` (input order), -1 on padding."""
+    completion_mask: torch.Tensor
+    """bool ``[R, L]``; true where a completion token sits whose log-prob counts in the loss."""
+    advantages: torch.Tensor
+    """float32 ``[R, L]``; the sequence's advantage where ``completion_mask``, else 0."""
+    engine_logprobs: torch.Tensor
+    """float32 ``[R, L]``; engine log-prob of the token where ``completion_mask``, else 0."""
+    num_seqs: int
+    """Number of sequences packed."""
+    num_real_tokens: int
+    """Non-padding tokens in the rows."""
+    source_seq_ids: tuple[int, ...]
+    """``SequenceToPack.seq_id`` of each batch-local sequence index."""
+    spans: tuple[tuple[int, int, int], ...]
+    """``(row, start, end)`` of each batch-local sequence (``end`` exclusive)."""
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def row_length(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    @property
+    def packed_ratio(self) -> float:
+        """Packing efficiency: real tokens / (R * L); 0.0 for an empty batch."""
+        capacity = self.num_rows * self.row_length
+        return self.num_real_tokens / capacity if capacity else 0.0
+
+    def to(self, device: torch.device | str) -> PackedBatch:
+        """A copy with every tensor moved to ``device``."""
+        return attrs.evolve(
+            self,
+            **{
+                f.name: getattr(self, f.name).to(device)
+                for f in attrs.fields(PackedBatch)
+                if isinstance(getattr(self, f.name), torch.Tensor)
+            },
+        )
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Assign items to bins of ``capacity`` by first-fit decreasing.
+
+    Returns, per bin, the indices of the items it holds in placement order (longest first; ties
+    keep input order, so the result is deterministic).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        n = lengths[i]
+        for b, room in enumerate(free):
+            if n <= room:
+                bins[b].append(i)
+                free[b] -= n
+                break
+        else:
+            bins.append([i])
+            free.append(capacity - n)
+    return bins
+
+
+def _check(seqs: Sequence[SequenceToPack], pack_length: int) -> None:
+    if pack_length < 1:
+        raise ValueError(f"pack_length must be >= 1, got {pack_length}")
+    for s in seqs:
+        if not s.prompt_ids:
+            raise ValueError(f"sequence {s.seq_id} has no prompt token")
+        if len(s.engine_logprobs) != len(s.completion_ids):
+            raise ValueError(
+                f"sequence {s.seq_id} has {len(s.completion_ids)} completion tokens but "
+                f"{len(s.engine_logprobs)} engine log-probs"
+            )
+        if len(s) > pack_length:
+            raise ValueError(
+                f"sequence {s.seq_id} has {len(s)} tokens ({len(s.prompt_ids)} prompt + "
+                f"{len(s.completion_ids)} completion), more than pack_length={pack_length}"
+            )
+
+
+def assign_rows(lengths: Sequence[int], pack_length: int, *, minimize_width: bool = True) -> list[list[int]]:
+    """Rows of item indices: first-fit decreasing into ``pack_length``, then optionally tightened.
+
+    Every row of a batch is as long as the longest one, so with ``minimize_width`` the capacity is
+    lowered (binary search) to the smallest one for which FFD still needs no more rows than at
+    ``pack_length``: the padding of the last row is spread thin instead of costing a whole row
+    (e.g. 128 sequences, 4660 tokens, ``pack_length`` 512: 10 rows of 469 instead of 10 rows of
+    up to 512, efficiency 0.91 -> 0.99).
+    """
+    rows = first_fit_decreasing(lengths, pack_length)
+    if not minimize_width or len(rows) < 2:
+        return rows
+
+    def width(candidate: list[list[int]]) -> int:
+        return max(sum(lengths[i] for i in row) for row in candidate)
+
+    best, best_width = rows, width(rows)
+    lo, hi = max(max(lengths), -(-sum(lengths) // len(rows))), best_width - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = first_fit_decreasing(lengths, mid)
+        if len(candidate) <= len(rows):
+            if width(candidate) < best_width:  # FFD is not strictly monotone in capacity: keep the best
+                best, best_width = candidate, width(candidate)
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
+def pack_sequences(
+    seqs: Sequence[SequenceToPack], pack_length: int, pad_token_id: int, *, minimize_width: bool = True
+) -> PackedBatch:
+    """Pack ``seqs`` into rows of at most ``pack_length`` tokens, first-fit decreasing by length.
+
+    The number of rows is FFD's at ``pack_length``; with ``minimize_width`` the rows are then made
+    as short as possible for that number of rows (see :func:`assign_rows`). A sequence longer than
+    ``pack_length`` (or with no prompt token, or a log-prob count that does not match its
+    completion) is a :class:`ValueError` naming its ``seq_id``.
+    """
+    _check(seqs, pack_length)
+    rows = assign_rows([len(s) for s in seqs], pack_length, minimize_width=minimize_width)
+    width = max((sum(len(seqs[i]) for i in row) for row in rows), default=0)
+
+    # Build plain lists row by row and convert once: far cheaper than many small tensor writes.
+    ids, pos, sid, cmask, adv, elp = [], [], [], [], [], []
+    spans: list[tuple[int, int, int]] = [(0, 0, 0)] * len(seqs)
+    for r, row in enumerate(rows):
+        ids_r: list[int] = []
+        pos_r: list[int] = []
+        sid_r: list[int] = []
+        cmask_r: list[bool] = []
+        adv_r: list[float] = []
+        elp_r: list[float] = []
+        for i in row:
+            s = seqs[i]
+            n, p, c = len(s), len(s.prompt_ids), len(s.completion_ids)
+            spans[i] = (r, len(ids_r), len(ids_r) + n)
+            ids_r += s.prompt_ids
+            ids_r += s.completion_ids
+            pos_r += range(n)
+            sid_r += [i] * n
+            # Completion token k lands at start + p + k; its log-prob comes from the logits at the
+            # position before it, so the prompt's last token predicts the first completion token.
+            cmask_r += [False] * p + [s.loss_mask] * c
+            adv_r += [0.0] * p + [s.advantage if s.loss_mask else 0.0] * c
+            elp_r += [0.0] * p + (list(s.engine_logprobs) if s.loss_mask else [0.0] * c)
+        pad = width - len(ids_r)
+        ids.append(ids_r + [pad_token_id] * pad)
+        pos.append(pos_r + [0] * pad)
+        sid.append(sid_r + [-1] * pad)
+        cmask.append(cmask_r + [False] * pad)
+        adv.append(adv_r + [0.0] * pad)
+        elp.append(elp_r + [0.0] * pad)
+
+    shape = (len(rows), width)  # explicit, so an empty batch is [0, 0]
+    return PackedBatch(
+        input_ids=torch.tensor(ids, dtype=torch.long).reshape(shape),
+        position_ids=torch.tensor(pos, dtype=torch.long).reshape(shape),
+        seq_ids=torch.tensor(sid, dtype=torch.long).reshape(shape),
+        completion_mask=torch.tensor(cmask, dtype=torch.bool).reshape(shape),
+        advantages=torch.tensor(adv, dtype=torch.float32).reshape(shape),
+        engine_logprobs=torch.tensor(elp, dtype=torch.float32).reshape(shape),
+        num_seqs=len(seqs),
+        num_real_tokens=sum(len(s) for s in seqs),
+        source_seq_ids=tuple(s.seq_id for s in seqs),
+        spans=tuple(spans),
+    )
+
+
+def split_mini_batches(
+    seqs: Sequence[SequenceToPack],
+    num_mini_batches: int,
+    pack_length: int,
+    pad_token_id: int,
+    *,
+    minimize_width: bool = True,
+) -> list[PackedBatch]:
+    """Split ``seqs`` into ``num_mini_batches`` token-balanced groups and pack each one.
+
+    Sequences are dealt longest first to the group with the fewest tokens so far (LPT), which
+    balances total tokens to within one sequence; each group is then packed on its own, so each
+    mini-batch has at most one partly filled row. Returns fewer mini-batches when there are fewer
+    sequences than ``num_mini_batches`` (never an empty one); sequences keep their input order
+    within a group.
+    """
+    if num_mini_batches < 1:
+        raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
+    _check(seqs, pack_length)
+    groups: list[list[int]] = [[] for _ in range(min(num_mini_batches, len(seqs)))]
+    heap = [(0, g) for g in range(len(groups))]  # (tokens so far, group index)
+    for i in sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), i)):
+        tokens, g = heapq.heappop(heap)
+        groups[g].append(i)
+        heapq.heappush(heap, (tokens + len(seqs[i]), g))
+    return [
+        pack_sequences([seqs[i] for i in sorted(group)], pack_length, pad_token_id, minimize_width=minimize_width)
+        for group in groups
+    ]

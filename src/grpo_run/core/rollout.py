@@ -1,0 +1,81 @@
+"""From scored completions to learner sequences: group advantages, zero-signal filtering and
+the per-batch rollout metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from grpo_run.core.advantages import group_advantages, nonzero_std_mask
+from grpo_run.core.components import Completion
+from grpo_run.core.config.schema import AlgorithmSection
+from grpo_run.core.packing import SequenceToPack
+
+
+@attrs.frozen
+class RolloutGroup:
+    """The G completions of one prompt, with their rewards."""
+
+    row: Mapping[str, Any]
+    prompt_ids: list[int]
+    completions: list[Completion]
+    rewards: list[float]
+    max_reward: float
+
+
+@attrs.frozen
+class RolloutBatch:
+    """One generated and scored batch, as it waits for the learner."""
+
+    index: int
+    """1-based batch number (the learner step that will consume it)."""
+    groups: list[RolloutGroup]
+    generation_s: float
+    scoring_metrics: dict[str, float]
+
+
+def build_sequences(
+    batch: RolloutBatch, alg: AlgorithmSection, *, learner_version: int
+) -> tuple[list[SequenceToPack], dict[str, float]]:
+    """Advantages per group, zero-std filtering, masking; returns sequences and metrics."""
+    rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
+    advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps)
+    keep = nonzero_std_mask(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)
+    seqs: list[SequenceToPack] = []
+    all_completions = [c for g in batch.groups for c in g.completions]
+    for gi, group in enumerate(batch.groups):
+        if not keep[gi]:
+            continue
+        for ci, comp in enumerate(group.completions):
+            if not comp.token_ids:
+                continue
+            loss_mask = not (alg.mask_truncated_completions and comp.finish_reason != "stop")
+            seqs.append(
+                SequenceToPack(
+                    prompt_ids=list(group.prompt_ids),
+                    completion_ids=list(comp.token_ids),
+                    advantage=float(advantages[gi, ci]),
+                    engine_logprobs=list(comp.logprobs),
+                    seq_id=len(seqs),
+                    loss_mask=loss_mask,
+                )
+            )
+    lengths = torch.tensor([len(c.token_ids) for c in all_completions], dtype=torch.float64)
+    max_rewards = torch.tensor([[g.max_reward] * len(g.rewards) for g in batch.groups], dtype=torch.float64)
+    versions = [c.policy_version for c in all_completions]
+    metrics = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "reward/solve_rate": float((rewards >= max_rewards - 1e-9).double().mean()),
+        "rollout/real_batch_size_ratio": float(keep.double().mean()),
+        "rollout/sequences_trained": float(len(seqs)),
+        "rollout/response_length_mean": float(lengths.mean()),
+        "rollout/stop_rate": sum(c.finish_reason == "stop" for c in all_completions) / max(1, len(all_completions)),
+        "rollout/staleness_max": float(learner_version - min(versions)),
+        "rollout/staleness_mean": float(learner_version - sum(versions) / len(versions)),
+        "advantage/abs_mean": float(advantages[keep].abs().mean()) if keep.any() else 0.0,
+    }
+    return seqs, metrics

@@ -1,0 +1,52 @@
+"""Group advantages and the zero-std filter, against hand-computed numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grpo_run.core.advantages import group_advantages, nonzero_std_mask
+
+
+def test_standard_uses_sample_std() -> None:
+    # Group [1, 0, 0, 1]: mean 0.5; deviations +-0.5; sample var = 4 * 0.25 / 3 = 1/3,
+    # std = 0.57735; advantages = +-0.5 / 0.57735 = +-0.866025 (population std would give +-1).
+    # Group [3, 3, 3, 3]: all equal -> 0 / (0 + eps) = 0.
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
+    adv = group_advantages(rewards, "standard", eps=0.0 + 1e-8)
+    a = 0.5 / math.sqrt(1 / 3)
+    expected = torch.tensor([[a, -a, -a, a], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+
+
+def test_standard_eps_in_denominator() -> None:
+    # [0, 2]: mean 1, sample std = sqrt(2) = 1.414214; eps = 0.5 -> +-1 / 1.914214 = +-0.522408.
+    adv = group_advantages(torch.tensor([[0.0, 2.0]]), "standard", eps=0.5)
+    torch.testing.assert_close(adv, torch.tensor([[-0.522408, 0.522408]]), rtol=0, atol=1e-6)
+
+
+def test_centered() -> None:
+    # [1, 0, 0, 0]: mean 0.25 -> [0.75, -0.25, -0.25, -0.25]; [2, 4]: mean 3 -> [-1, 1].
+    adv = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), "centered")
+    torch.testing.assert_close(adv, torch.tensor([[0.75, -0.25, -0.25, -0.25]]), rtol=0, atol=0)
+    adv = group_advantages(torch.tensor([[2, 4]]), "centered")  # integer rewards are accepted
+    torch.testing.assert_close(adv, torch.tensor([[-1.0, 1.0]]), rtol=0, atol=0)
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        group_advantages(torch.tensor([[1.0], [0.0]]), "standard")
+    with pytest.raises(ValueError, match="unknown advantage kind 'zscore'"):
+        group_advantages(torch.zeros(2, 2), "zscore")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_groups, G"):
+        group_advantages(torch.zeros(4), "centered")
+
+
+def test_nonzero_std_mask() -> None:
+    rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.25]])
+    assert nonzero_std_mask(rewards).tolist() == [False, False, True, True]
+    # Consistent with the std it guards: kept groups have std > 0, dropped ones exactly 0.
+    std = rewards.std(dim=1)
+    assert torch.equal(nonzero_std_mask(rewards), std > 0)

@@ -1,0 +1,578 @@
+"""The config loader: TOML -> RunConfig, strict structuring, all errors at once, overrides, dump."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from grpo_run import NoConfig, VerifierConfig
+from grpo_run.core.config import (
+    ConfigError,
+    ConfigIssue,
+    KLSlot,
+    PluginSlot,
+    apply_overrides,
+    config_to_dict,
+    dump_config_toml,
+    load_config,
+    parse_config,
+)
+from grpo_run.core.errors import PluginError
+from grpo_run.core.registry import ComponentRegistry
+
+# ---------------------------------------------------------------------------------------------
+# Dummy components
+# ---------------------------------------------------------------------------------------------
+
+
+def _higher_not_below_lower(inst: Any, _attribute: attrs.Attribute, value: float) -> None:
+    if value < inst.clip_lower:
+        raise ValueError(f"must be >= clip_lower ({inst.clip_lower}), got {value}")
+
+
+class DapoLoss:
+    name = "dapo"
+
+    @attrs.frozen
+    class Config:
+        clip_lower: float = attrs.field(default=0.2, validator=attrs.validators.ge(0))
+        clip_higher: float = attrs.field(default=0.28, validator=[attrs.validators.ge(0), _higher_not_below_lower])
+
+
+class CispoLoss:
+    name = "cispo"
+
+    @attrs.frozen
+    class Config:
+        clip_higher: float = 5.0
+        mode: str = "token"
+
+        def __attrs_post_init__(self) -> None:
+            if self.mode == "seq" and self.clip_higher > 1:
+                raise ValueError("mode 'seq' needs clip_higher <= 1")
+
+
+class MathVerifier:
+    name = "math"
+
+    @attrs.frozen
+    class Config(VerifierConfig):
+        strict: bool = False
+
+
+class CodeVerifier:
+    name = "code"
+    Config = VerifierConfig
+
+
+class ArithmeticTask:
+    name = "arithmetic"
+
+    @attrs.frozen
+    class Config:
+        num_digits: int = attrs.field(default=2, validator=attrs.validators.gt(0))
+        operators: tuple[str, ...] = ("+", "-")
+        difficulty: str = attrs.field(default="easy", validator=attrs.validators.in_(["easy", "hard"]))
+
+
+class K3:
+    name = "k3"
+    Config = NoConfig
+
+
+class UniformSampler:
+    name = "uniform"
+    Config = NoConfig
+
+
+class HFEngine:
+    name = "hf"
+
+    @attrs.frozen
+    class Config:
+        batch_size: int | None = None
+
+
+@pytest.fixture(scope="module")
+def registry() -> ComponentRegistry:
+    reg = ComponentRegistry()
+    for family, cls in [
+        ("loss", DapoLoss),
+        ("loss", CispoLoss),
+        ("verifier", MathVerifier),
+        ("verifier", CodeVerifier),
+        ("task", ArithmeticTask),
+        ("kl", K3),
+        ("sampler", UniformSampler),
+        ("engine", HFEngine),
+    ]:
+        reg.add(family, cls, "test-dist", "0")
+    return reg
+
+
+VALID: dict[str, Any] = {"task": {"name": "arithmetic"}, "verifiers": {"math": {}}}
+"""The smallest valid config: a task (train and eval rows) and one verifier."""
+
+
+def with_(**sections: Any) -> dict[str, Any]:
+    """VALID with ``sections`` merged in one level deep (``None`` removes a section)."""
+    data = copy.deepcopy(VALID)
+    for name, table in sections.items():
+        if table is None:
+            data.pop(name, None)
+        elif isinstance(table, dict) and isinstance(data.get(name), dict):
+            data[name] = {**data[name], **table}
+        else:
+            data[name] = table
+    return data
+
+
+def issues(data: dict[str, Any], registry: ComponentRegistry) -> list[ConfigIssue]:
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, registry, "arithmetic.toml")
+    return e.value.issues
+
+
+def messages_at(data: dict[str, Any], registry: ComponentRegistry) -> dict[str, str]:
+    return {i.path: i.message for i in issues(data, registry)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Valid configs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_valid_config_parses_to_expected_values(registry: ComponentRegistry) -> None:
+    data = with_(
+        rollout={"temperature": 0.7, "stop_strings": ["\n\n"], "num_samples_per_prompt_rollout": 4},
+        optim={"lr": 3e-4, "betas": [0.9, 0.95], "lr_scheduler": "cosine"},
+        loss={"name": "cispo", "clip_higher": 4},
+        kl={"beta": 0.01},
+        task={"name": "arithmetic", "num_digits": 3},
+        verifiers={"math": {"weight": 2, "strict": True}, "code": {}},
+    )
+    cfg = parse_config(data, registry)
+    assert cfg.rollout.temperature == 0.7
+    assert cfg.rollout.stop_strings == ("\n\n",)
+    assert cfg.rollout.num_samples_per_prompt_rollout == 4
+    assert cfg.optim.betas == (0.9, 0.95)
+    assert cfg.optim.lr_scheduler == "cosine"
+    assert cfg.loss == PluginSlot("cispo", CispoLoss.Config(clip_higher=4.0))
+    assert isinstance(cfg.loss.config.clip_higher, float)  # int -> float is the one allowed widening
+    assert cfg.kl == KLSlot("k3", 0.01, NoConfig())
+    assert cfg.task == PluginSlot("arithmetic", ArithmeticTask.Config(num_digits=3))
+    assert cfg.verifiers == {"math": MathVerifier.Config(weight=2.0, strict=True), "code": VerifierConfig()}
+    assert cfg.trackers == {}
+
+
+def test_absent_slots_take_schema_defaults_with_plugin_config_defaults(registry: ComponentRegistry) -> None:
+    cfg = parse_config(VALID, registry)
+    assert cfg.loss == PluginSlot("dapo", DapoLoss.Config())
+    assert cfg.kl == KLSlot("k3", 0.0, NoConfig())
+    assert cfg.sampler == PluginSlot("uniform", NoConfig())
+    assert cfg.engine == PluginSlot("hf", HFEngine.Config())
+    # A slot table without `name` configures the default component.
+    assert parse_config(with_(loss={"clip_higher": 0.3}), registry).loss == PluginSlot(
+        "dapo", DapoLoss.Config(clip_higher=0.3)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Unknown keys, types, literals, validators
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_keys_are_errors_with_did_you_mean(registry: ComponentRegistry) -> None:
+    data = with_(rollout={"temprature": 0.5}, loss={"clip_highr": 0.3}, kl={"bta": 0.1}, rolout={})
+    assert messages_at(data, registry) == {
+        "rollout.temprature": "unknown key (did you mean 'temperature'?)",
+        "loss.clip_highr": "unknown key (did you mean 'clip_higher'?)",
+        "kl.bta": "unknown key (did you mean 'beta'?)",
+        "rolout": "unknown key (did you mean 'rollout'?)",
+    }
+
+
+def test_unknown_key_in_verifier_table(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(verifiers={"math": {"wieght": 1}}), registry) == {
+        "verifiers.math.wieght": "unknown key (did you mean 'weight'?)"
+    }
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        ("rollout", "response_length", "32", "expected an integer, got string '32'"),
+        ("rollout", "response_length", True, "expected an integer, got boolean true"),
+        ("rollout", "response_length", 3.0, "expected an integer, got float 3.0"),
+        ("algorithm", "filter_zero_std_samples", 1, "expected a boolean, got integer 1"),
+        ("rollout", "temperature", "hot", "expected a float, got string 'hot'"),
+        ("rollout", "temperature", False, "expected a float, got boolean false"),
+        ("run", "name", 7, "expected a string, got integer 7"),
+        ("model", "revision", 3, "expected a string, got integer 3"),
+        ("rollout", "stop_strings", "\n", "expected an array, got string '\\n'"),
+        ("optim", "betas", [0.9], "expected an array of 2 items, got 1"),
+        ("rollout", "stop_strings", {"a": 1}, "expected an array, got table"),
+    ],
+)
+def test_wrong_types_are_errors(
+    registry: ComponentRegistry, section: str, key: str, value: Any, message: str
+) -> None:
+    assert messages_at(with_(**{section: {key: value}}), registry) == {f"{section}.{key}": message}
+
+
+def test_wrong_item_type_in_array_names_the_index(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(rollout={"stop_strings": ["a", 3]}), registry) == {
+        "rollout.stop_strings[1]": "expected a string, got integer 3"
+    }
+
+
+def test_section_that_is_not_a_table(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(rollout=3, loss="dapo"), registry) == {
+        "rollout": "expected a table, got integer 3",
+        "loss": "expected a table, got string 'dapo'",
+    }
+
+
+def test_literal_lists_allowed_values(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(optim={"lr_scheduler": "cosin"}), registry) == {
+        "optim.lr_scheduler": "must be one of 'constant', 'linear', 'cosine' (got 'cosin'; did you mean 'cosine'?)"
+    }
+
+
+def test_validator_messages_survive(registry: ComponentRegistry) -> None:
+    data = with_(
+        rollout={"top_p": 1.5, "temperature": -1},
+        loss={"clip_higher": -0.1},
+        verifiers={"math": {"weight": -2}},
+        task={"difficulty": "medium"},
+    )
+    assert messages_at(data, registry) == {
+        "rollout.top_p": "top_p must be in (0, 1], got 1.5",  # the schema's own validator
+        "rollout.temperature": "must be > 0.0 (got -1.0)",  # attrs' gt(), reworded
+        "loss.clip_higher": "must be >= 0 (got -0.1)",
+        "verifiers.math.weight": "must be >= 0.0 (got -2.0)",
+        "task.difficulty": "must be in ['easy', 'hard'] (got 'medium')",  # attrs' in_(), name dropped
+    }
+
+
+def test_cross_field_validator_and_post_init_messages_survive(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(loss={"clip_lower": 0.5, "clip_higher": 0.3}), registry) == {
+        "loss.clip_higher": "must be >= clip_lower (0.5), got 0.3"
+    }
+    assert messages_at(with_(loss={"name": "cispo", "mode": "seq"}), registry) == {
+        "loss": "mode 'seq' needs clip_higher <= 1"
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugin names
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_plugin_name_lists_available_and_suggests(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(loss={"name": "dapoo", "clip_higher": 0.3}), registry) == {
+        "loss.name": "no loss named 'dapoo' (did you mean 'dapo'?); available: cispo, dapo"
+    }
+    assert messages_at(with_(verifiers={"mth": {}}), registry) == {
+        "verifiers.mth": "no verifier named 'mth' (did you mean 'math'?); available: code, math"
+    }
+    assert messages_at(with_(trackers={"wandb": {}}), registry) == {
+        "trackers.wandb": "no tracker named 'wandb'; available: none"
+    }
+
+
+def test_missing_default_plugin_is_reported_as_default(registry: ComponentRegistry) -> None:
+    reg = ComponentRegistry()
+    for family, cls in [("verifier", MathVerifier), ("task", ArithmeticTask), ("kl", K3), ("engine", HFEngine)]:
+        reg.add(family, cls, "test-dist", "0")
+    reg.add("loss", CispoLoss, "test-dist", "0")
+    reg.add("sampler", UniformSampler, "test-dist", "0")
+    assert messages_at(VALID, reg) == {
+        "loss.name": "no loss named 'dapo'; available: cispo (the default; set name to choose another)"
+    }
+
+
+def test_union_fields_are_strict_too(registry: ComponentRegistry) -> None:
+    assert parse_config(with_(engine={"batch_size": 8}), registry).engine.config == HFEngine.Config(batch_size=8)
+    assert messages_at(with_(engine={"batch_size": "8"}), registry) == {
+        "engine.batch_size": "expected an integer, got string '8'"
+    }
+
+
+def test_unresolvable_plugin_annotations_are_a_plugin_error() -> None:
+    class Local:
+        pass
+
+    class Odd:
+        name = "odd"
+
+        @attrs.frozen
+        class Config:
+            thing: Local | None = None  # a string annotation naming a class local to this test
+
+    reg = ComponentRegistry()
+    reg.add("loss", Odd, "odd-dist", "0")
+    with pytest.raises(PluginError, match="cannot resolve the field types of .*Odd.Config"):
+        parse_config({"loss": {"name": "odd"}}, reg)
+
+
+def test_plugin_name_must_be_a_string_and_task_needs_one(registry: ComponentRegistry) -> None:
+    data = {"loss": {"name": 3}, "task": {"num_digits": 3}, "verifiers": {"math": {}}}
+    assert messages_at(data, registry) == {
+        "loss.name": "expected a string, got integer 3",
+        "task.name": "missing required key",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Invariants
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sections", "path", "fragment"),
+    [
+        (
+            {
+                "algorithm": {"pack_length": 100},
+                "data": {"max_prompt_token_length": 80},
+                "rollout": {"response_length": 40},
+            },
+            "algorithm.pack_length",
+            "must be >= data.max_prompt_token_length + rollout.response_length (80 + 40 = 120), got 100",
+        ),
+        (
+            {"rollout": {"num_samples_per_prompt_rollout": 1}},
+            "rollout.num_samples_per_prompt_rollout",
+            "must be >= 2 when algorithm.filter_zero_std_samples is true",
+        ),
+        ({"verifiers": None}, "verifiers", "no verifier enabled"),
+        ({"verifiers": {"math": {"weight": 0}}}, "verifiers", "every enabled verifier has weight 0"),
+        ({"task": None, "train": {"local_eval_every": 0}}, "data", "no training data"),
+        (
+            {"data": {"train_files": ["a.jsonl"], "hf_dataset": "x/y"}},
+            "data",
+            "more than one training data source given ([task], data.train_files, data.hf_dataset)",
+        ),
+        (
+            {"task": None, "data": {"hf_dataset": "x/y", "hf_eval_split": "test", "eval_files": ["e.jsonl"]}},
+            "data.eval_files",
+            "only allowed together with data.train_files",
+        ),
+        ({"data": {"hf_eval_split": "test"}}, "data.hf_eval_split", "only allowed together with data.hf_dataset"),
+        (
+            {"task": None, "data": {"train_files": ["a.jsonl"]}},
+            "train.local_eval_every",
+            "is 10 but there are no eval rows",
+        ),
+        (
+            {"data": {"default_verifier": "mth"}},
+            "data.default_verifier",
+            "'mth' is not an enabled verifier (did you mean 'math'?); enabled: math",
+        ),
+        ({"optim": {"warmup_steps": 200}}, "optim.warmup_steps", "must be <= train.total_steps (100), got 200"),
+    ],
+)
+def test_each_invariant_fires_with_its_path(
+    registry: ComponentRegistry, sections: dict[str, Any], path: str, fragment: str
+) -> None:
+    found = issues(with_(**sections), registry)
+    assert [i.path for i in found] == [path]
+    assert fragment in found[0].message
+
+
+def test_invariants_accept_the_sources_they_allow(registry: ComponentRegistry) -> None:
+    files = with_(
+        task=None, data={"train_files": ["a.jsonl"], "eval_files": ["b.jsonl"], "default_verifier": "math"}
+    )
+    hf = with_(task=None, data={"hf_dataset": "x/y", "hf_eval_split": "test"})
+    no_eval = with_(task=None, data={"train_files": ["a.jsonl"]}, train={"local_eval_every": 0})
+    for data in (files, hf, no_eval):
+        parse_config(data, registry)
+    single = with_(rollout={"num_samples_per_prompt_rollout": 1}, algorithm={"filter_zero_std_samples": False})
+    parse_config(single, registry)
+
+
+# ---------------------------------------------------------------------------------------------
+# All at once, message format
+# ---------------------------------------------------------------------------------------------
+
+
+def test_all_errors_are_reported_at_once_each_on_its_own_line(registry: ComponentRegistry) -> None:
+    data = with_(
+        rollout={"temprature": 1.0, "top_p": 2.0, "response_length": "32"},
+        loss={"clip_higher": -0.1},
+        model={"dtype": "fp8"},
+        verifiers={"math": {"strict": 1}, "mth": {}},
+    )
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, registry, "arithmetic.toml")
+    paths = [i.path for i in e.value.issues]
+    assert sorted(paths) == sorted(
+        [
+            "rollout.temprature",
+            "rollout.top_p",
+            "rollout.response_length",
+            "loss.clip_higher",
+            "model.dtype",
+            "verifiers.math.strict",
+            "verifiers.mth",
+        ]
+    )
+    lines = str(e.value).splitlines()
+    assert len(lines) == 7
+    assert "arithmetic.toml: loss.clip_higher: must be >= 0 (got -0.1)" in lines
+    assert "arithmetic.toml: rollout.temprature: unknown key (did you mean 'temperature'?)" in lines
+
+
+def test_invariants_are_reported_together(registry: ComponentRegistry) -> None:
+    data = with_(optim={"warmup_steps": 200}, algorithm={"pack_length": 10}, data={"default_verifier": "code"})
+    paths = [i.path for i in issues(data, registry)]
+    assert paths == ["algorithm.pack_length", "data.default_verifier", "optim.warmup_steps"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+VALID_TOML = """\
+[task]
+name = "arithmetic"
+
+[verifiers.math]
+weight = 1.0
+"""
+
+
+def test_load_config_reads_a_file(tmp_path: Path, registry: ComponentRegistry) -> None:
+    path = tmp_path / "arithmetic.toml"
+    path.write_text(VALID_TOML + '\n[rollout]\ntemperature = 0.5\n')
+    assert load_config(path, registry).rollout.temperature == 0.5
+
+
+def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path, registry: ComponentRegistry) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text(VALID_TOML + "\n[rollout]\ntemperature = = 0.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, registry)
+    assert str(e.value).startswith(f"{path}: invalid TOML at line 8, column 15: ")
+
+
+def test_missing_file(tmp_path: Path, registry: ComponentRegistry) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "nope.toml", registry)
+    assert str(e.value) == f"{tmp_path / 'nope.toml'}: no such file"
+
+
+# ---------------------------------------------------------------------------------------------
+# --set overrides
+# ---------------------------------------------------------------------------------------------
+
+
+def test_override_values_are_toml_with_string_fallback() -> None:
+    data = {"optim": {"lr": 1e-4}}
+    out = apply_overrides(
+        data,
+        [
+            "optim.lr=3e-4",
+            "loss.name=cispo",
+            'rollout.stop_strings=["\\n", "</answer>"]',
+            "algorithm.filter_zero_std_samples=false",
+            'run.name="quoted"',
+            "run.output_dir=2024-01-01",  # a TOML date, but meant as a string
+            "verifiers.math.weight=2",
+        ],
+    )
+    assert out == {
+        "optim": {"lr": 3e-4},
+        "loss": {"name": "cispo"},
+        "rollout": {"stop_strings": ["\n", "</answer>"]},
+        "algorithm": {"filter_zero_std_samples": False},
+        "run": {"name": "quoted", "output_dir": "2024-01-01"},
+        "verifiers": {"math": {"weight": 2}},
+    }
+    assert data == {"optim": {"lr": 1e-4}}  # the input is not modified
+
+
+def test_malformed_overrides_are_all_reported() -> None:
+    with pytest.raises(ConfigError) as e:
+        apply_overrides({"task": {"name": "arithmetic"}}, ["lr", "=3", "a..b=1", "task.name.x=1"])
+    assert [i.message for i in e.value.issues] == [
+        "malformed override 'lr': expected KEY=VALUE, e.g. rollout.temperature=0.7",
+        "malformed override '=3': expected KEY=VALUE, e.g. rollout.temperature=0.7",
+        "malformed override 'a..b=1': expected KEY=VALUE, e.g. rollout.temperature=0.7",
+        "cannot apply 'task.name.x=1': task.name is string 'arithmetic', not a table",
+    ]
+    first = str(e.value).splitlines()[0]
+    assert first == "--set: malformed override 'lr': expected KEY=VALUE, e.g. rollout.temperature=0.7"
+
+
+def test_load_config_applies_overrides_and_blames_them(tmp_path: Path, registry: ComponentRegistry) -> None:
+    path = tmp_path / "arithmetic.toml"
+    path.write_text(VALID_TOML)
+    cfg = load_config(path, registry, ["rollout.temperature=0.25", "verifiers.code.weight=0.5", "loss.name=cispo"])
+    assert cfg.rollout.temperature == 0.25
+    assert cfg.verifiers["code"] == VerifierConfig(weight=0.5)
+    assert cfg.loss.name == "cispo"
+    with pytest.raises(ConfigError) as e:
+        load_config(path, registry, ["rollout.top_p=2", "verifiers.mth.weight=1"])
+    assert str(e.value).splitlines() == [
+        f"{path}: rollout.top_p: top_p must be in (0, 1], got 2.0 (from --set rollout.top_p=2)",
+        f"{path}: verifiers.mth: no verifier named 'mth' (did you mean 'math'?); available: code, math "
+        "(from --set verifiers.mth.weight=1)",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dump and round trip
+# ---------------------------------------------------------------------------------------------
+
+
+def test_config_to_dict_writes_plugin_slots_with_all_fields(registry: ComponentRegistry) -> None:
+    cfg = parse_config(with_(kl={"beta": 0.05}), registry)
+    out = config_to_dict(cfg)
+    assert out["loss"] == {"name": "dapo", "clip_lower": 0.2, "clip_higher": 0.28}
+    assert out["kl"] == {"name": "k3", "beta": 0.05}
+    assert out["task"] == {"name": "arithmetic", "num_digits": 2, "operators": ["+", "-"], "difficulty": "easy"}
+    assert out["engine"] == {"name": "hf"}  # batch_size is None: omitted
+    assert out["verifiers"] == {"math": {"weight": 1.0, "strict": False}}
+    assert "revision" not in out["model"]
+
+
+def test_dump_round_trips(registry: ComponentRegistry) -> None:
+    data = with_(
+        run={"name": 'tricky "name"\twith\\escapes'},
+        rollout={"stop_strings": ["\n", "</answer>", "\x7f"], "temperature": 0.7},
+        optim={"lr": 3e-4, "betas": [0.9, 0.95]},
+        loss={"name": "cispo", "clip_higher": 4.0},
+        kl={"beta": 0.01},
+        engine={"batch_size": 8},
+        task={"name": "arithmetic", "operators": ["*"]},
+        verifiers={"math": {"weight": 0.5}, "code": {}},
+        train={"max_runtime_s": float("inf")},
+    )
+    cfg = parse_config(data, registry)
+    text = dump_config_toml(cfg)
+    assert "[verifiers.code]\nweight = 1.0\n" in text
+    assert parse_config(tomllib.loads(text), registry) == cfg
+
+
+def test_dump_round_trips_an_empty_verifier_table(registry: ComponentRegistry) -> None:
+    reg = ComponentRegistry()
+    for entry in registry:
+        reg.add(entry.family, entry.cls, entry.distribution, entry.version)
+
+    class Exact:
+        name = "exact"
+        Config = NoConfig
+
+    reg.add("verifier", Exact, "test-dist", "0")
+    cfg = parse_config(with_(verifiers={"math": {}, "exact": {}}), reg)
+    text = dump_config_toml(cfg)
+    assert "[verifiers.exact]\n" in text
+    assert parse_config(tomllib.loads(text), reg) == cfg
