@@ -3,9 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN_DIR ?= runs/arithmetic
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup sandbox-tools demo test test-fast bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed sandbox-tools
+
+# The code verifier runs untrusted programs under Debian's bubblewrap.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "warning: bubblewrap missing; install it with: sudo apt-get install -y bubblewrap"; fi; }
 
 # torch==2.13.0 first: on this machine it resolves to the local CPU wheel (any other spec pulls
 # a multi-GB CUDA build).
@@ -14,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
 	touch $@
 
 demo: setup
@@ -28,6 +34,10 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/bench_step.py
+	$(PY) bench/bench_packing.py
+	$(PY) bench/bench_scoring.py
+	$(PY) bench/bench_code.py
+	$(PY) bench/bench_judge.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -1,6 +1,6 @@
-"""Shared fixtures. The example third-party plugin (tests/plugin_dist) must be pip-installed in
-the test environment -- `make test` does it; this installs it when missing so a bare `pytest`
-works too."""
+"""Shared fixtures. The example third-party plugins (tests/plugin_dist, tests/loss_dist) must be
+pip-installed in the test environment -- `make test` does it; this installs them when missing so
+a bare `pytest` works too."""
 
 from __future__ import annotations
 
@@ -14,20 +14,23 @@ import pytest
 
 TESTS = Path(__file__).parent
 EXAMPLE_DIST = "grpo-run-example-plugin"
+EXAMPLE_DISTS = {EXAMPLE_DIST: "plugin_dist", "grpo-run-example-loss": "loss_dist"}
+"""Distribution name -> its source directory under tests/."""
 
 
-def _ensure_example_plugin() -> None:
-    try:
-        importlib.metadata.distribution(EXAMPLE_DIST)
-    except importlib.metadata.PackageNotFoundError:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", str(TESTS / "plugin_dist")],
-            check=True,
-        )
-        importlib.invalidate_caches()
+def _ensure_example_plugins() -> None:
+    for dist, directory in EXAMPLE_DISTS.items():
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", str(TESTS / directory)],
+                check=True,
+            )
+            importlib.invalidate_caches()
 
 
-_ensure_example_plugin()
+_ensure_example_plugins()
 
 # Keep torch to the 2 cores this machine has; tests must not oversubscribe them.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -38,3 +41,18 @@ def plugin_host():
     from grpo_run.core.plugins import build_plugin_host
 
     return build_plugin_host()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A one-layer Llama (hidden 32) with the character tokenizer, saved in Hugging Face format:
+    the smallest model a whole training run can use (``model.name_or_path = <this dir>``)."""
+    from grpo_run.plugins.models.char_tokenizer import build_char_tokenizer
+    from grpo_run.plugins.models.tiny_llama import TinyLlamaSize, build_tiny_llama
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = build_char_tokenizer(model_max_length=64)
+    size = TinyLlamaSize(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64)
+    build_tiny_llama(size, tokenizer, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -537,7 +537,14 @@ def test_config_to_dict_writes_plugin_slots_with_all_fields(registry: ComponentR
     cfg = parse_config(with_(kl={"beta": 0.05}), registry)
     out = config_to_dict(cfg)
     assert out["loss"] == {"name": "dapo", "clip_lower": 0.2, "clip_higher": 0.28}
-    assert out["kl"] == {"name": "k3", "beta": 0.05}
+    assert out["kl"] == {
+        "name": "k3",
+        "beta": 0.05,
+        "placement": "loss",
+        "reference": "frozen",
+        "ref_policy_update_freq": 1,
+        "alpha": 0.6,
+    }
     assert out["task"] == {"name": "arithmetic", "num_digits": 2, "operators": ["+", "-"], "difficulty": "easy"}
     assert out["engine"] == {"name": "hf"}  # batch_size is None: omitted
     assert out["verifiers"] == {"math": {"weight": 1.0, "strict": False}}
@@ -576,3 +583,121 @@ def test_dump_round_trips_an_empty_verifier_table(registry: ComponentRegistry) -
     text = dump_config_toml(cfg)
     assert "[verifiers.exact]\n" in text
     assert parse_config(tomllib.loads(text), reg) == cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm, KL and checkpoint keys of issue 4
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sections", "path", "fragment"),
+    [
+        ({"algorithm": {"loss_denominator": -1}}, "algorithm.loss_denominator", 'must be "token" or a positive number, got -1.0'),
+        ({"algorithm": {"loss_denominator": 0}}, "algorithm.loss_denominator", 'must be "token" or a positive number, got 0.0'),
+        ({"algorithm": {"loss_denominator": float("nan")}}, "algorithm.loss_denominator", "positive number, got nan"),
+        (
+            {"algorithm": {"loss_denominator": 512, "loss_aggregation": "seq-mean-token-sum"}},
+            "algorithm.loss_denominator",
+            'has none; use "token-mean" (sum / C) or "seq-mean-token-mean"',
+        ),
+        ({"kl": {"beta": 0.05, "reference": "none"}}, "kl.reference", 'is "none" but kl.beta = 0.05 > 0'),
+        (
+            {"algorithm": {"use_engine_logprobs_as_old": True, "mismatch_correction": "token-truncate"}},
+            "algorithm.mismatch_correction",
+            'must be "none" when algorithm.use_engine_logprobs_as_old is true',
+        ),
+        (
+            {"checkpoint": {"dir": "/ckpt", "save_final": False}},
+            "checkpoint.dir",
+            "is set but nothing is saved there",
+        ),
+    ],
+)
+def test_issue4_invariants_fire_with_their_path(
+    registry: ComponentRegistry, sections: dict[str, Any], path: str, fragment: str
+) -> None:
+    found = issues(with_(**sections), registry)
+    assert [i.path for i in found] == [path]
+    assert fragment in found[0].message
+
+
+def test_loss_denominator_type_and_valid_values(registry: ComponentRegistry) -> None:
+    assert messages_at(with_(algorithm={"loss_denominator": "tokens"}), registry) == {
+        "algorithm.loss_denominator": "expected 'token' or a float, got string 'tokens'"
+    }
+    assert parse_config(with_(algorithm={"loss_denominator": 256}), registry).algorithm.loss_denominator == 256.0
+    assert parse_config(VALID, registry).algorithm.loss_denominator == "token"
+
+
+def test_mismatch_and_kl_key_validation(registry: ComponentRegistry) -> None:
+    data = with_(
+        algorithm={"mismatch_correction": "token-clip", "mismatch_upper": 0.0},
+        kl={"placement": "rewards", "alpha": 1.5, "ref_policy_update_freq": 0},
+    )
+    assert messages_at(data, registry) == {
+        "algorithm.mismatch_correction": "must be one of 'none', 'token-truncate', 'token-mask', 'sequence-truncate', "
+        "'sequence-mask' (got 'token-clip'; did you mean 'token-mask'?)",
+        "algorithm.mismatch_upper": "must be > 0.0 (got 0.0)",
+        "kl.placement": "must be one of 'loss', 'reward' (got 'rewards'; did you mean 'reward'?)",
+        "kl.alpha": "must be <= 1.0 (got 1.5)",
+        "kl.ref_policy_update_freq": "must be > 0 (got 0)",
+    }
+    assert messages_at(with_(algorithm={"mismatch_correction": "token-mask", "mismatch_lower": 3.0}), registry) == {
+        "algorithm.mismatch_lower": "must be < mismatch_upper (2.0), got 3.0"
+    }
+
+
+def test_kl_core_keys_are_not_plugin_keys(registry: ComponentRegistry) -> None:
+    kl = {"beta": 0.1, "placement": "reward", "reference": "polyak", "ref_policy_update_freq": 4, "alpha": 0.5}
+    cfg = parse_config(with_(kl=kl), registry)
+    assert cfg.kl == KLSlot(
+        "k3", 0.1, NoConfig(), placement="reward", reference="polyak", ref_policy_update_freq=4, alpha=0.5
+    )
+    assert parse_config(tomllib.loads(dump_config_toml(cfg)), registry) == cfg
+    assert messages_at(with_(kl={"placment": "loss"}), registry) == {
+        "kl.placment": "unknown key (did you mean 'placement'?)"
+    }
+
+
+def test_active_sampler_needs_zero_std_filtering() -> None:
+    class ActiveSampler:
+        name = "active"
+        Config = NoConfig
+
+    reg = ComponentRegistry()
+    for family, cls in [("loss", DapoLoss), ("verifier", MathVerifier), ("task", ArithmeticTask), ("kl", K3),
+                        ("sampler", UniformSampler), ("sampler", ActiveSampler), ("engine", HFEngine)]:
+        reg.add(family, cls, "test-dist", "0")
+    data = with_(sampler={"name": "active"}, algorithm={"filter_zero_std_samples": False})
+    assert messages_at(data, reg) == {
+        "sampler.name": 'is "active", which needs algorithm.filter_zero_std_samples = true '
+        "(it draws more prompts to replace the zero-std groups that filter drops)"
+    }
+    parse_config(with_(sampler={"name": "active"}), reg)
+
+
+def test_loss_by_import_path_is_structured_with_its_config(registry: ComponentRegistry) -> None:
+    cfg = parse_config(with_(loss={"name": "test_config:CispoLoss", "clip_higher": 3}), registry)
+    assert cfg.loss == PluginSlot("test_config:CispoLoss", CispoLoss.Config(clip_higher=3.0))
+    assert registry.get("loss", "test_config:CispoLoss") is CispoLoss
+    assert messages_at(with_(loss={"name": "test_config:CispoLoss", "clip_highr": 3}), registry) == {
+        "loss.clip_highr": "unknown key (did you mean 'clip_higher'?)"
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("no_such_module_xyz:Loss", "loss 'no_such_module_xyz:Loss': no module named 'no_such_module_xyz'"),
+        ("test_config:CispoLos", "loss 'test_config:CispoLos': module 'test_config' has no attribute 'CispoLos' "
+                                 "(did you mean 'CispoLoss'?)"),
+        ("test_config:VALID", "loss 'test_config:VALID' is not a valid loss component: it is dict"),
+        ("test_config:ComponentRegistry", "is not a valid loss component: it needs a non-empty string class "
+                                          "attribute 'name'"),
+        ("test_config:", "an import path must look like 'package.module:ClassName'"),
+    ],
+)
+def test_import_path_errors_are_config_errors_at_the_name(registry: ComponentRegistry, name: str, message: str) -> None:
+    found = messages_at(with_(loss={"name": name}), registry)
+    assert list(found) == ["loss.name"] and message in found["loss.name"]

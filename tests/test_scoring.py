@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -135,9 +136,9 @@ def test_metrics_keys_and_values_then_reset(local_scorer: RewardScorer) -> None:
     score(local_scorer, rows, ["1", "1", "1", "2"])
     metrics = local_scorer.pop_metrics()
     prefix = "verifier/exact/"
-    expected = {"count", "mean_score", "correct_rate", "latency_p50_ms", "latency_p95_ms", "errors", "timeouts"}
+    expected = {"calls", "count", "mean_score", "correct_rate", "latency_p50_ms", "latency_p95_ms", "errors", "timeouts"}
     assert {k[len(prefix) :] for k in metrics if k.startswith(prefix)} == expected
-    assert metrics[prefix + "count"] == 4.0
+    assert metrics[prefix + "calls"] == metrics[prefix + "count"] == 4.0
     assert metrics[prefix + "mean_score"] == 0.75
     assert metrics[prefix + "correct_rate"] == 0.75
     assert 0.0 <= metrics[prefix + "latency_p50_ms"] <= metrics[prefix + "latency_p95_ms"] < 1000.0
@@ -204,6 +205,9 @@ def test_hanging_verifier_is_killed_at_the_timeout_and_the_scorer_recovers(worke
     # A fresh worker takes over and keeps working.
     assert [r.reward for r in score(worker_scorer, flaky_rows(2), ["ok", "ok"])] == [1.0, 1.0]
     assert len(worker_scorer.worker_pids) == 1 and worker_scorer.worker_pids != pid_before
+    # An idle worker killed from outside is replaced on the next chunk.
+    os.kill(worker_scorer.worker_pids[0], signal.SIGKILL)
+    assert [r.reward for r in score(worker_scorer, flaky_rows(1), ["ok"])] == [1.0]
 
 
 def test_two_workers_keep_order_and_close_leaves_no_processes() -> None:

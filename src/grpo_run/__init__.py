@@ -5,6 +5,8 @@ components exchange. Everything under ``grpo_run.core`` that is not re-exported 
 """
 
 from grpo_run.core.components import (
+    FINISH_REASON_KEY,
+    NUM_TOKENS_KEY,
     Completion,
     EngineContext,
     GenerationEngine,
@@ -16,6 +18,7 @@ from grpo_run.core.components import (
     NoConfig,
     Sampler,
     SamplingParams,
+    ShapingVerifierConfig,
     Task,
     Tracker,
     Verifier,
@@ -28,6 +31,8 @@ from grpo_run.core.registry import Registrar
 __version__ = "0.1.0"
 
 __all__ = [
+    "FINISH_REASON_KEY",
+    "NUM_TOKENS_KEY",
     "Completion",
     "EngineContext",
     "GenerationEngine",
@@ -40,6 +45,7 @@ __all__ = [
     "Registrar",
     "Sampler",
     "SamplingParams",
+    "ShapingVerifierConfig",
     "Task",
     "Tracker",
     "Verifier",

@@ -1,6 +1,6 @@
 """The ``grpo-run`` command.
 
-    grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR]   train
+    grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
 
@@ -18,8 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.score_command import add_score_parser, run_score_command
 
-COMMANDS = ("train", "check", "plugins")
+COMMANDS = ("train", "check", "plugins", "score")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +33,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
         if name == "train":
             p.add_argument("--output-dir", help="run directory (default: <run.output_dir>/<run.name>)")
+            p.add_argument("--resume", metavar="PATH",
+                           help="continue from a checkpoint, or the newest one in a run or checkpoints "
+                                "directory (the run directory defaults to the one it belongs to)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
+    add_score_parser(sub)
     return parser
 
 
@@ -61,16 +66,20 @@ def _dispatch(args: argparse.Namespace) -> int:
     host = build_plugin_host()
     if args.command == "plugins":
         return _print_plugins(host)
+    if args.command == "score":
+        return run_score_command(args, host)
     from grpo_run.core.config import load_config
 
     cfg = load_config(args.config, host.registry, args.overrides)
     if args.command == "check":
         print(f"{args.config}: ok")
         return 0
-    from grpo_run.core.train import default_run_dir, train
+    from grpo_run.core.checkpoint import find_checkpoint
+    from grpo_run.core.train import default_run_dir, run_dir_of_checkpoint, train
 
-    run_dir = Path(args.output_dir) if args.output_dir else default_run_dir(cfg)
-    train(cfg, host, run_dir)
+    resumed_run = run_dir_of_checkpoint(find_checkpoint(args.resume)) if args.resume else None
+    run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
+    train(cfg, host, run_dir, resume_from=args.resume)
     return 0
 
 

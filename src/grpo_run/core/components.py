@@ -13,11 +13,14 @@ The protocols below are the contracts; components need not inherit from anything
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import attrs
-import torch
+
+if TYPE_CHECKING:  # torch is only needed for annotations; keeps `import grpo_run` light
+    import torch
 
 # --------------------------------------------------------------------------------------------
 # Families
@@ -82,7 +85,8 @@ class VerifierResult:
     """A verifier's verdict on one completion."""
 
     score: float
-    """Score in ``[0, 1]`` before the verifier's weight is applied."""
+    """Score before the verifier's weight is applied, within the verifier's ``score_range``
+    (``[0, 1]`` unless the verifier declares another)."""
     applicable: bool = True
     """False when the verifier has nothing to say about this row (it then adds nothing)."""
     metrics: Mapping[str, float] = attrs.field(factory=dict)
@@ -95,6 +99,42 @@ class VerifierConfig:
 
     weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
     """Reward contributed = weight x score."""
+
+
+def _finite(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value}")
+
+
+@attrs.frozen
+class ShapingVerifierConfig(VerifierConfig):
+    """Config of a verifier that shapes every reward rather than checking an answer (``format``,
+    ``length``, ``non_stop_penalty``): it may gate the reward and, by default, scores every row.
+
+    The scorer reads ``mode``, ``gate_fail_reward`` and ``all_rows`` from *any* verifier config
+    that has them (extending this class is the easy way); without them a verifier is additive
+    and scores only the rows that name it.
+    """
+
+    mode: Literal["additive", "gate"] = "additive"
+    """``"additive"``: the row's reward gains ``weight x score``. ``"gate"``: the verifier adds
+    nothing (its weight is unused); when its score is below the top of its ``score_range``, or its
+    call failed, the row's total reward becomes ``gate_fail_reward`` whatever the other verifiers
+    gave (negative and above-maximum rewards included); otherwise the reward is left unchanged."""
+    gate_fail_reward: float = attrs.field(default=0.0, validator=_finite)
+    """The row's total reward when this gate fails (not scaled by ``scoring.verification_reward``);
+    when several gates fail the lowest of their ``gate_fail_reward`` applies."""
+    all_rows: bool = True
+    """Score every row, whatever its ``verifier`` column names (the verifier needs no ground
+    truth; it gets ``None``). False: only rows that name it."""
+
+
+FINISH_REASON_KEY = "finish_reason"
+"""Row key under which the scorer passes a completion's finish reason (``"stop"``, ``"length"``)
+to verifiers, when the caller gives one (``RewardScorer.score(..., finish_reasons=...)``)."""
+NUM_TOKENS_KEY = "num_tokens"
+"""Row key under which the scorer passes a completion's length in tokens, when the caller gives
+one (``RewardScorer.score(..., num_tokens=...)``)."""
 
 
 @attrs.frozen
@@ -138,8 +178,37 @@ class LossOutput:
 class Verifier(Protocol):
     """Scores a completion against a row's ground truth.
 
-    Verifiers run in worker processes, so instances and configs must be picklable. ``score``
-    must not rely on ``signal`` (it may run outside the main thread).
+    ``score`` is either a plain method or ``async def``:
+
+    * **sync** verifiers run in the scorer's worker processes, so the class and its config must
+      be picklable (module level); ``score`` must not rely on ``signal`` (it may run outside the
+      main thread). An overrunning call is stopped by killing its worker.
+    * **async** verifiers (``async def score``) run on the event loop of the training process,
+      built there on first use; an overrunning call is cancelled (``asyncio``), so ``score`` must
+      await rather than block and must let ``CancelledError`` through. Limit your own concurrency
+      (e.g. an HTTP client's pool); the scorer starts every call of a batch at once. If the
+      instance has an ``async def aclose()``, the scorer awaits it when it is closed.
+
+    Optional members the scorer uses when present:
+
+    * ``score_batch(items) -> list[VerifierResult | float]`` (sync or ``async def``), ``items``
+      being ``(completion, ground_truth, row)`` tuples: used instead of ``score`` for every call
+      of the verifier; one result per item, in order. A batch of ``n`` items has ``n`` times the
+      per-call time limit; when it overruns, raises or returns the wrong number of results,
+      every item in it fails. ``max_batch_size`` (class attribute, default 64) caps ``n``.
+    * ``score_range: ClassVar[tuple[float, float]]`` -- the closed interval scores lie in,
+      ``(0.0, 1.0)`` by default; a penalty declares e.g. ``(-1.0, 0.0)``. A score outside it is
+      a failed call. When the range depends on options, the ``Config`` may define it instead
+      (a ``score_range`` property). The top of the range is what the verifier can add to a
+      row's maximum reward (``weight x top``).
+
+    The ``row`` mapping is a copy of the dataset row; when the caller knows them the scorer adds
+    the completion's finish reason under :data:`FINISH_REASON_KEY` and its token count under
+    :data:`NUM_TOKENS_KEY`. A verifier that needs one and does not find it should raise (the
+    call is then counted as failed and logged with the row id).
+
+    Combining (additive or gate, every row or only rows that name the verifier) is the scorer's
+    job, driven by the config fields described in :class:`ShapingVerifierConfig`.
     """
 
     name: ClassVar[str]
@@ -148,7 +217,7 @@ class Verifier(Protocol):
     def __init__(self, config: Any) -> None: ...
 
     def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> VerifierResult | float:
-        """Score one completion; a bare float means an applicable score."""
+        """Score one completion; a bare float means an applicable score. May be ``async def``."""
         ...
 
 

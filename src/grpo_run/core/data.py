@@ -39,8 +39,8 @@ def load_prompt_set(cfg: RunConfig, registry: ComponentRegistry) -> PromptSet:
     data = cfg.data
     if cfg.task is not None:
         task = registry.get("task", cfg.task.name)(cfg.task.config)
-        train = list(task.train_rows())
-        evals = list(task.eval_rows())
+        train = [{"dataset": cfg.task.name, **r} for r in task.train_rows()]
+        evals = [{"dataset": cfg.task.name, **r} for r in task.eval_rows()]
         source = f"task {cfg.task.name!r}"
     elif data.train_files:
         train = [r for f in data.train_files for r in read_rows_file(f)]
@@ -71,7 +71,7 @@ def read_rows_file(path: str | Path) -> list[dict[str, Any]]:
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise DataError(f"{path}: reading parquet needs pyarrow (pip install 'grpo-run[data]')") from exc
-        return pq.read_table(path).to_pylist()
+        return [{"dataset": path.stem, **r} for r in pq.read_table(path).to_pylist()]
     rows: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as fh:
         if suffix == ".json":
@@ -81,7 +81,7 @@ def read_rows_file(path: str | Path) -> list[dict[str, Any]]:
                 raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
             if not isinstance(loaded, list):
                 raise DataError(f"{path}: expected a JSON list of rows")
-            rows = loaded
+            rows = [{"dataset": path.stem, **r} if isinstance(r, dict) else r for r in loaded]
         else:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
@@ -93,6 +93,7 @@ def read_rows_file(path: str | Path) -> list[dict[str, Any]]:
                 if not isinstance(row, dict):
                     raise DataError(f"{path}:{lineno}: a row must be a JSON object")
                 row.setdefault("_source", f"{path}:{lineno}")
+                row.setdefault("dataset", path.stem)
                 rows.append(row)
     return rows
 
@@ -166,8 +167,8 @@ def _load_hf_dataset(name: str, train_split: str, eval_split: str | None) -> tup
     except ImportError as exc:
         raise DataError(f"data.hf_dataset={name!r} needs the 'datasets' package: pip install 'grpo-run[data]'") from exc
     try:
-        train = datasets.load_dataset(name, split=train_split).to_list()
-        evals = datasets.load_dataset(name, split=eval_split).to_list() if eval_split else []
+        train = [{"dataset": name, **r} for r in datasets.load_dataset(name, split=train_split).to_list()]
+        evals = [{"dataset": name, **r} for r in datasets.load_dataset(name, split=eval_split).to_list()] if eval_split else []
     except Exception as exc:  # network, missing split, ...: the user must act
         raise DataError(f"cannot load dataset {name!r}: {type(exc).__name__}: {exc}") from exc
     return train, evals

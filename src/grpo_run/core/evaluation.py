@@ -25,8 +25,11 @@ async def evaluate(parts: RunParts, step: int) -> dict[str, float]:
     )
     prompt_ids = [parts.encoder.encode(r) for r in rows]
     completions = [c[0] for c in await parts.engine.generate(prompt_ids, params)]
-    scored = await parts.scorer.score(list(rows), [c.text for c in completions])
-    parts.scorer.pop_metrics()  # eval scoring must not mix into the next training step's metrics
+    scored = await parts.scorer.score(
+        list(rows), [c.text for c in completions], finish_reasons=[c.finish_reason for c in completions],
+        num_tokens=[len(c.token_ids) for c in completions],
+        record_metrics=False,  # eval scoring must not mix into training steps' metrics
+    )
     correct = sum(1 for s in scored if s.max_reward > 0 and s.reward >= s.max_reward - 1e-9)
     n = max(1, len(rows))
     return {

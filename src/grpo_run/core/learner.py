@@ -1,15 +1,27 @@
 """The learner: policy-gradient updates on packed rows.
 
-It owns the trainable policy, the optional frozen reference model, the optimizer and the LR
-schedule. The loss and KL estimator are plugin objects; this module only computes log-probs,
-combines the per-token terms, aggregates and steps.
+It owns the trainable policy, the optional reference model, the optimizer and the LR schedule.
+The loss and KL estimator are plugin objects; this module computes log-probs, combines the
+per-token terms, aggregates (:mod:`grpo_run.core.loss_aggregation`) and steps. Off-policy pieces
+(mismatch correction, KL in the reward, Polyak reference) live in :mod:`grpo_run.core.offpolicy`.
+
+One learner step on a rollout batch:
+
+1. split it into ``num_mini_batches`` token-balanced packed mini-batches and fix the loss
+   normaliser's counts over all of them;
+2. pi_old: with a single update it is the current policy, so the detached log-probs of the
+   training forward serve (the ratio is exactly 1); with several updates it is computed once, by
+   the policy before any update; with ``use_engine_logprobs_as_old`` the engine's log-probs;
+3. reference log-probs (when ``kl.beta > 0``), also before any update;
+4. ``num_epochs`` x mini-batches optimizer steps, each with gradient clipping;
+5. a Polyak reference is moved towards the policy every ``kl.ref_policy_update_freq`` steps.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,7 +29,8 @@ import torch
 from grpo_run.core.components import LossInputs
 from grpo_run.core.config.schema import OptimSection, RunConfig
 from grpo_run.core.logprobs import block_causal_mask, packed_token_logprobs
-from grpo_run.core.loss_aggregation import aggregate
+from grpo_run.core.loss_aggregation import LossNormaliser
+from grpo_run.core.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
 from grpo_run.core.packing import PackedBatch, SequenceToPack, split_mini_batches
 
 
@@ -39,7 +52,12 @@ def lr_lambda(optim: OptimSection, total_steps: int):
 
 
 class Learner:
-    """Takes clipped policy-gradient steps on rollout batches."""
+    """Takes clipped policy-gradient steps on rollout batches.
+
+    ``world_size`` and ``reduce_sum`` (an all-reduce of a small float64 tensor) are for
+    data-parallel learners: the loss normaliser counts tokens over all ranks. One process: the
+    defaults.
+    """
 
     def __init__(
         self,
@@ -49,6 +67,9 @@ class Learner:
         loss: Any,
         kl: Any | None,
         pad_token_id: int,
+        *,
+        world_size: int = 1,
+        reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         self.cfg = cfg
         self.policy = policy
@@ -58,6 +79,8 @@ class Learner:
         self.beta = cfg.kl.beta
         self.pad_token_id = pad_token_id
         self.temperature = cfg.rollout.temperature
+        self.world_size = world_size
+        self.reduce_sum = reduce_sum
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in policy.parameters() if p.requires_grad],
@@ -73,6 +96,8 @@ class Learner:
         """A detached copy of the policy weights, safe to hand to a generator while training goes on."""
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
+    # -- one step --------------------------------------------------------------------------
+
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]:
         """One optimizer step per mini-batch, ``num_epochs`` times over the rollout batch."""
         alg = self.cfg.algorithm
@@ -82,27 +107,31 @@ class Learner:
             b.to(param.device)
             for b in split_mini_batches(seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id)
         ]
-        dtype = param.dtype
+        # Counts for the whole rollout batch, fixed before any update (see loss_aggregation).
+        normaliser = LossNormaliser.for_batches(
+            [(b.completion_mask, b.seq_ids, b.num_seqs) for b in mini_batches],
+            alg.loss_aggregation,
+            alg.loss_denominator,
+            world_size=self.world_size,
+            reduce_sum=self.reduce_sum,
+        )
         # One block-diagonal mask per mini-batch, shared by the policy, old and reference forwards.
-        masks = [block_causal_mask(b.seq_ids, dtype=dtype) for b in mini_batches]
+        masks = [block_causal_mask(b.seq_ids, dtype=param.dtype) for b in mini_batches]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
-        # pi_old is the policy that sampled. With one update it equals the current policy, so the
-        # detached log-probs of the training forward serve (saves a forward). Otherwise compute it
-        # once, before any update.
-        old = [self._logprobs(self.policy, b, m) if multi_update else None for b, m in zip(mini_batches, masks)]
+        recompute_old = multi_update and not alg.use_engine_logprobs_as_old
+        old = [self._logprobs(self.policy, b, m) if recompute_old else None for b, m in zip(mini_batches, masks)]
         refs = [self._logprobs(self.reference, b, m) if self._use_kl else None for b, m in zip(mini_batches, masks)]
         totals: dict[str, float] = {}
         updates = 0
         for _ in range(alg.num_epochs):
             for i, batch in enumerate(mini_batches):
-                metrics = self._update(batch, masks[i], old[i], refs[i])
-                for k, v in metrics.items():
+                for k, v in self._update(batch, masks[i], old[i], refs[i], normaliser).items():
                     totals[k] = totals.get(k, 0.0) + v
                 updates += 1
-        self.steps += 1
+        self._finish_step()
         elapsed = time.perf_counter() - start
-        out = {k: v / updates for k, v in totals.items()}
+        out = {k: v / max(updates, 1) for k, v in totals.items()}
         real = sum(b.num_real_tokens for b in mini_batches)
         capacity = sum(b.input_ids.numel() for b in mini_batches)
         out["packing/packed_ratio"] = real / max(1, capacity)
@@ -111,36 +140,75 @@ class Learner:
         out["perf/learner_s"] = elapsed
         return out
 
+    def skip_step(self) -> None:
+        """A step with nothing to learn from (every group filtered): the schedule and step count
+        still advance, so the LR, the Polyak cadence and checkpoints stay aligned with the loop."""
+        self.scheduler.step()
+        self._finish_step()
+
+    def _finish_step(self) -> None:
+        self.steps += 1
+        kl_cfg = self.cfg.kl
+        polyak = self.reference is not None and kl_cfg.reference == "polyak"
+        if polyak and self.steps % kl_cfg.ref_policy_update_freq == 0:
+            polyak_update(self.reference, self.policy, kl_cfg.alpha)
+
     @property
     def _use_kl(self) -> bool:
         return self.beta > 0 and self.reference is not None and self.kl is not None
 
     def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=mask)
+            return self._policy_logprobs(model, batch, mask)
+
+    def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: torch.Tensor) -> torch.Tensor:
+        return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
+
+    def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
+        if not self.cfg.algorithm.log_entropy:
+            return self._policy_logprobs(self.policy, batch, attn_mask), None
+        keeper = _KeepLogits(self.policy)
+        logprobs = self._policy_logprobs(keeper, batch, attn_mask)
+        entropy = token_entropy(keeper.logits, temperature=self.temperature)
+        keeper.logits = None
+        return logprobs, entropy
 
     def _update(
-        self, batch: PackedBatch, attn_mask: torch.Tensor, old: torch.Tensor | None, ref: torch.Tensor | None
+        self,
+        batch: PackedBatch,
+        attn_mask: torch.Tensor,
+        old: torch.Tensor | None,
+        ref: torch.Tensor | None,
+        normaliser: LossNormaliser,
     ) -> dict[str, float]:
-        logprobs = packed_token_logprobs(self.policy, batch, temperature=self.temperature, attention_mask=attn_mask)
-        mask = batch.completion_mask
-        inputs = LossInputs(
-            logprobs=logprobs,
-            old_logprobs=old if old is not None else logprobs.detach(),
-            advantages=batch.advantages,
-            mask=mask,
-            seq_ids=batch.seq_ids,
-            num_seqs=batch.num_seqs,
-        )
-        out = self.loss(inputs)
+        alg, kl_cfg = self.cfg.algorithm, self.cfg.kl
+        logprobs, entropy = self._forward(batch, attn_mask)
+        mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
+        if alg.use_engine_logprobs_as_old:
+            old = batch.engine_logprobs
+        elif old is None:
+            old = logprobs.detach()
+        metrics: dict[str, float] = {}
+        advantages = batch.advantages
+        if ref is not None and kl_cfg.placement == "reward":
+            penalty_kl = self.kl(old, ref)
+            advantages, kl_metrics = kl_reward_advantages(advantages, penalty_kl, self.beta, mask, seq_ids, num_seqs)
+            metrics.update(kl_metrics)
+        out = self.loss(LossInputs(logprobs, old, advantages, mask, seq_ids, num_seqs))
+        metrics.update({f"loss/{k}": float(v) for k, v in out.metrics.items()})
         per_token = out.per_token_loss
-        metrics: dict[str, float] = {f"loss/{k}": float(v) for k, v in out.metrics.items()}
-        mode = self.cfg.algorithm.loss_aggregation
-        policy_loss = aggregate(per_token, mask, batch.seq_ids, batch.num_seqs, mode)
+        if alg.mismatch_correction != "none":
+            weights, mismatch_metrics = mismatch_weights(
+                old, batch.engine_logprobs, mask, seq_ids, num_seqs,
+                alg.mismatch_correction, alg.mismatch_upper, alg.mismatch_lower,
+            )
+            per_token = per_token * weights
+            metrics.update(mismatch_metrics)
+        policy_loss = normaliser.reduce(per_token, mask, seq_ids, num_seqs)
         total = policy_loss
-        if ref is not None:
-            kl = self.kl(logprobs, ref) * mask
-            kl_loss = aggregate(kl, mask, batch.seq_ids, batch.num_seqs, mode)
+        if ref is not None and kl_cfg.placement == "loss":
+            kl_loss = normaliser.reduce(self.kl(logprobs, ref), mask, seq_ids, num_seqs)
             total = total + self.beta * kl_loss
             metrics["loss/kl"] = float(kl_loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
@@ -152,12 +220,63 @@ class Learner:
         metrics["loss/total"] = float(total.detach())
         metrics["optim/grad_norm"] = float(grad_norm)
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
+        if entropy is not None:
+            metrics["policy/entropy"] = float(entropy[mask].mean()) if bool(mask.any()) else 0.0
         return metrics
 
+    # -- checkpoints -----------------------------------------------------------------------
+
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "steps": self.steps}
+        """Optimizer, schedule and step count; the Polyak reference's weights when it has drifted."""
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "steps": self.steps,
+        }
+        if self.reference is not None and self.cfg.kl.reference == "polyak":
+            state["reference"] = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
+        if self.reference is not None and "reference" in state:
+            self.reference.load_state_dict(state["reference"])
+
+
+class _KeepLogits:
+    """Wraps a model so the logits of its last forward stay reachable (for the entropy metric)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.dtype = getattr(model, "dtype", torch.float32)
+        self.logits: torch.Tensor | None = None
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def __call__(self, **kwargs: Any) -> Any:
+        out = self.model(**kwargs)
+        self.logits = out.logits
+        return out
+
+
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of the next-token distribution that predicts each token, aligned like log-probs.
+
+    ``logits``: ``[R, L, V]``; returns float32 ``[R, L]`` with ``out[:, t]`` the entropy of
+    ``softmax(logits[:, t-1] / temperature)`` and ``out[:, 0] = 0``. One row at a time and
+    without grad, so at most one ``[L, V]`` temporary exists besides the logits.
+    """
+    num_rows, length = logits.shape[:2]
+    if length < 2 or num_rows == 0:
+        return torch.zeros((num_rows, length), dtype=torch.float32, device=logits.device)
+    rows = []
+    for r in range(num_rows):
+        row = logits[r, :-1].detach().float() / temperature  # [L-1, V]
+        log_z = torch.logsumexp(row, dim=-1)  # [L-1]
+        # H = log Z - sum_v p_v * z_v, with p = softmax(z).
+        rows.append(log_z - (torch.softmax(row, dim=-1) * row).sum(-1))
+    return torch.nn.functional.pad(torch.stack(rows), (1, 0))

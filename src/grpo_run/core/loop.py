@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.components import SamplingParams
 from grpo_run.core.evaluation import evaluate
-from grpo_run.core.rollout import RolloutBatch, RolloutGroup, build_sequences
+from grpo_run.core.producer import RolloutProducer
+from grpo_run.core.rollout import build_sequences
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.setup import RunParts
 
@@ -44,88 +44,71 @@ class LoopState:
 class TrainingLoop:
     """Runs the stages of one training run; ``on_step`` receives every step's metrics."""
 
-    def __init__(self, parts: RunParts, on_step: Any, on_save: Any) -> None:
+    def __init__(self, parts: RunParts, on_step: Any, on_save: Any, start_step: int = 0) -> None:
         self.parts = parts
         self.cfg = parts.cfg
         self.on_step = on_step
         self.on_save = on_save
-        self.state = LoopState()
+        # Resuming at start_step: the learner and the engine already hold that step's weights.
+        self.start_step = start_step
+        self.state = LoopState(version=start_step, engine_version=start_step)
         self.cond = asyncio.Condition()
+        self._inflight: set[asyncio.Task] = set()
+        self._rollout_states: dict[int, dict[str, Any]] = {}
         self.log = get_logger()
 
     async def run(self) -> LoopState:
         cfg = self.cfg
-        if cfg.train.local_eval_every and self.parts.prompts.eval:
+        if cfg.train.local_eval_every and self.parts.prompts.eval and self.start_step == 0:
             self.on_step(0, await self._evaluate(step=0))
-        score_q: asyncio.Queue = asyncio.Queue(maxsize=1)
-        train_q: asyncio.Queue = asyncio.Queue(maxsize=cfg.rollout.async_steps)
-        stages = [
-            asyncio.create_task(self._generate_stage(score_q), name="generate"),
-            asyncio.create_task(self._score_stage(score_q, train_q), name="score"),
-            asyncio.create_task(self._train_stage(train_q), name="train"),
-        ]
+        batches: asyncio.Queue = asyncio.Queue(maxsize=cfg.rollout.async_steps)
+        generator = asyncio.create_task(self._generate_stage(batches), name="generate")
+        trainer = asyncio.create_task(self._train_stage(batches), name="train")
         try:
-            # The learner stage decides when the run ends; the producers are cancelled then.
-            await stages[2]
+            # The learner decides when the run ends; a failing generator ends it too.
+            done, _ = await asyncio.wait({generator, trainer}, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise a stage's exception
+            await trainer
         finally:
-            for task in stages[:2]:
+            leftovers = [t for t in (generator, trainer, *self._inflight) if not t.done()]
+            for task in leftovers:
                 task.cancel()
-            results = await asyncio.gather(*stages[:2], return_exceptions=True)
-        for task, result in zip(stages[:2], results):
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+            await asyncio.gather(*leftovers, return_exceptions=True)
+            await self.parts.scorer.aclose()  # async verifiers close on the loop they used
         return self.state
 
     # -- stages ----------------------------------------------------------------------------
 
     async def _generate_stage(self, out: asyncio.Queue) -> None:
+        """Start producing batch ``i`` once the learner's weights are recent enough for it.
+
+        Each batch is produced by its own task, so scoring batch ``i`` overlaps generating batch
+        ``i + 1`` when ``async_steps > 1``; the queue hands the tasks to the learner in order.
+        """
         cfg = self.cfg
-        params = SamplingParams(
-            n=cfg.rollout.num_samples_per_prompt_rollout,
-            max_new_tokens=cfg.rollout.response_length,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            stop_strings=tuple(cfg.rollout.stop_strings),
-        )
-        for index in range(1, cfg.train.total_steps + 1):
+        producer = RolloutProducer(self.parts)
+        for index in range(self.start_step + 1, cfg.train.total_steps + 1):
             async with self.cond:
-                await self.cond.wait_for(lambda: self.state.version >= index - cfg.rollout.async_steps or self.state.stopping)
+                await self.cond.wait_for(
+                    lambda: self.state.version >= index - cfg.rollout.async_steps or self.state.stopping
+                )
             if self.state.stopping:
                 return
             await self._sync_engine()
-            rows = self.parts.sampler.sample(cfg.rollout.num_unique_prompts_rollout)
-            prompt_ids = [self.parts.encoder.encode(r) for r in rows]
-            start = time.perf_counter()
-            completions = await self.parts.engine.generate(prompt_ids, params)
-            await out.put((index, rows, prompt_ids, completions, time.perf_counter() - start))
-        await out.put(_END)
-
-    async def _score_stage(self, inp: asyncio.Queue, out: asyncio.Queue) -> None:
-        while (item := await inp.get()) is not _END:
-            index, rows, prompt_ids, completions, generation_s = item
-            flat_rows = [row for row, comps in zip(rows, completions) for _ in comps]
-            flat_text = [c.text for comps in completions for c in comps]
-            scored = await self.parts.scorer.score(flat_rows, flat_text)
-            groups, k = [], 0
-            for row, ids, comps in zip(rows, prompt_ids, completions):
-                group_scores = scored[k : k + len(comps)]
-                k += len(comps)
-                groups.append(
-                    RolloutGroup(
-                        row=row,
-                        prompt_ids=ids,
-                        completions=list(comps),
-                        rewards=[s.reward for s in group_scores],
-                        max_reward=max((s.max_reward for s in group_scores), default=0.0),
-                    )
-                )
-            await out.put(RolloutBatch(index, groups, generation_s, self.parts.scorer.pop_metrics()))
+            # A checkpoint after step index-1 must record the state from before this batch was drawn.
+            self._rollout_states[index] = self.parts.rollout_state()
+            task = asyncio.create_task(producer.produce(index), name=f"rollout-{index}")
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+            await out.put(task)
         await out.put(_END)
 
     async def _train_stage(self, inp: asyncio.Queue) -> None:
         cfg = self.cfg
         last_step_end = time.perf_counter()
-        while (batch := await inp.get()) is not _END:
+        while (item := await inp.get()) is not _END:
+            batch = await item
             seqs, metrics = build_sequences(batch, cfg.algorithm, learner_version=self.state.version)
             metrics.update(batch.scoring_metrics)
             if seqs:
@@ -133,7 +116,7 @@ class TrainingLoop:
             else:
                 # Every group had zero reward spread: nothing to learn from; the step still counts.
                 self.log.info("step_skipped_no_signal", step=batch.index)
-                self.parts.learner.scheduler.step()
+                self.parts.learner.skip_step()
             await self._publish_weights()
             step = self.state.version
             generated = sum(len(c.token_ids) for g in batch.groups for c in g.completions)
@@ -150,8 +133,9 @@ class TrainingLoop:
                 if target and metrics["eval/accuracy"] >= target:
                     self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
             if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
-                self.on_save(step)
+                self.on_save(step, self._rollout_states.get(step + 1))
                 self.state.last_saved_step = step
+            self._rollout_states.pop(step, None)
             self.on_step(step, metrics)
             if self.state.stopping:
                 break

@@ -1,8 +1,16 @@
-"""Typed registries of component classes, filled by the registration hooks."""
+"""Typed registries of component classes, filled by the registration hooks.
+
+A component may also be named by import path, ``"my_pkg.losses:MyLoss"``: the registry imports
+the module, takes the attribute and checks it against the same contract as a registered class.
+No registration is needed, so a loss in a project's own module (or in a package without a
+``grpo_run`` entry point) is used exactly like a built-in one.
+"""
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.metadata
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +42,7 @@ class ComponentRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, ComponentEntry]] = {family: {} for family in FAMILIES}
+        self._imported: dict[tuple[str, str], ComponentEntry] = {}
 
     def add(self, family: str, cls: type, distribution: str, version: str) -> None:
         """Add ``cls`` to ``family``; a second component of the same name is a :class:`PluginError`."""
@@ -54,6 +63,12 @@ class ComponentRegistry:
         return self.entry(family, name).cls
 
     def entry(self, family: str, name: str) -> ComponentEntry:
+        """The entry of ``name`` in ``family``; a ``module:Class`` name is imported (see module doc)."""
+        if is_import_path(name) and name not in self._entries[family]:
+            key = (family, name)
+            if key not in self._imported:
+                self._imported[key] = import_component(family, name)
+            return self._imported[key]
         try:
             return self._entries[family][name]
         except KeyError:
@@ -64,6 +79,7 @@ class ComponentRegistry:
             ) from None
 
     def has(self, family: str, name: str) -> bool:
+        """Whether ``name`` is registered in ``family`` (import paths are not looked up here)."""
         return name in self._entries[family]
 
     def names(self, family: str) -> list[str]:
@@ -96,9 +112,77 @@ def _check_component_class(family: str, cls: Any, distribution: str) -> None:
     where = f"{family} component {getattr(cls, '__qualname__', cls)!r} from distribution {distribution!r}"
     if not isinstance(cls, type):
         raise PluginError(f"{where}: register() takes a class, got {type(cls).__name__}")
+    problem = component_class_problem(cls)
+    if problem is not None:
+        raise PluginError(f"{where}: {problem}")
+
+
+def component_class_problem(cls: Any) -> str | None:
+    """Why ``cls`` cannot be a component class, or ``None`` when it can."""
+    if not isinstance(cls, type):
+        return f"it is {type(cls).__name__} {cls!r}, not a class"
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
-        raise PluginError(f"{where}: needs a non-empty string class attribute 'name'")
+        return "it needs a non-empty string class attribute 'name'"
     config_cls = getattr(cls, "Config", None)
     if not (isinstance(config_cls, type) and attrs.has(config_cls)):
-        raise PluginError(f"{where}: needs a class attribute 'Config' that is an attrs class")
+        return "it needs a class attribute 'Config' that is an attrs class"
+    return None
+
+def is_import_path(name: str) -> bool:
+    """``"pkg.module:Class"`` names a component by import path; registered names have no colon."""
+    return ":" in name
+
+
+def import_component(family: str, path: str) -> ComponentEntry:
+    """Import ``module:attr`` and check it is a valid ``family`` component class.
+
+    Every failure is an :class:`UnknownComponentError` saying what is wrong: a malformed path, a
+    module that cannot be found or fails to import, a missing attribute, or an object that is not
+    a component class (no ``name``/``Config``).
+    """
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path or ":" in attr_path:
+        raise UnknownComponentError(
+            f"{family} {path!r}: an import path must look like 'package.module:ClassName'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise UnknownComponentError(
+                f"{family} {path!r}: no module named {exc.name!r} (is the package installed in this environment?)"
+            ) from None
+        raise UnknownComponentError(f"{family} {path!r}: importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:  # the module's own code failed: say so, with the original error
+        raise UnknownComponentError(
+            f"{family} {path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_") and isinstance(getattr(module, n), type))
+            raise UnknownComponentError(
+                f"{family} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
+                f"{did_you_mean(attr_path, public)}"
+            )
+        obj = getattr(obj, part)
+    problem = component_class_problem(obj)
+    if problem is not None:
+        raise UnknownComponentError(f"{family} {path!r} is not a valid {family} component: {problem}")
+    distribution = _distribution_of(module_name)
+    version = _version_of(distribution)
+    return ComponentEntry(family, path, obj, distribution, version)
+
+
+def _distribution_of(module_name: str) -> str:
+    top = module_name.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top)
+    return dists[0] if dists else f"<module {top}>"
+
+
+def _version_of(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return "?"

@@ -41,6 +41,8 @@ def build_sequences(
     batch: RolloutBatch, alg: AlgorithmSection, *, learner_version: int
 ) -> tuple[list[SequenceToPack], dict[str, float]]:
     """Advantages per group, zero-std filtering, masking; returns sequences and metrics."""
+    if not batch.groups:  # active sampling found no group with a reward spread
+        return [], {"rollout/real_batch_size_ratio": 0.0, "rollout/sequences_trained": 0.0}
     rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
     advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps)
     keep = nonzero_std_mask(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)

@@ -1,42 +1,47 @@
 """The scoring seam of the training loop: completions in, weighted rewards out (loop step 3).
 
-:class:`RewardScorer` applies the verifiers each row names to its completion. Calls run in
-worker processes (``spawn``), in chunks, so CPU-bound checks do not hold the training process's
-GIL and a hung verifier can be killed. Every call is isolated: a timeout, an exception or a
+:class:`RewardScorer` applies the verifiers each row names to its completion. Sync verifiers run
+in worker processes (``spawn``), in chunks, so CPU-bound checks do not hold the training
+process's GIL and a hung verifier can be killed; async verifiers (``async def score``) run as
+cancellable tasks on the caller's event loop. Every call is isolated: a timeout, an exception or a
 malformed return value gives that verifier a score of 0 and is counted (and the first few logged
-with the row id); it never fails the batch.
+with the row id); it never fails the batch. Only a verifier that keeps failing -- more than
+``max_error_rate`` of its recent calls -- stops the run, with a :class:`RunError`.
 
 A row is a mapping with ``id``, ``ground_truth`` and ``verifier``: one name, or a list of names
-with ``ground_truth`` a list of the same length (one gold per verifier).
+with ``ground_truth`` a list of the same length (one gold per verifier). Verifiers whose config
+has ``all_rows`` (``format``, ``length``, ``non_stop_penalty``) score every row as well.
+
+Combining a row's results (see :class:`ScoredCompletion`)::
+
+    reward = verification_reward * sum(weight * score)     over applicable additive verifiers
+    reward = min(gate_fail_reward)                          instead, if an applicable gate failed
+
+:meth:`RewardScorer.score` may be called from several tasks of one event loop at once (groups
+scored as they complete); the calls share the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import pickle
-import queue
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
 
-from grpo_run.core.scoring_metrics import ScoringMetrics
-from grpo_run.core.scoring_workers import (
-    CallOutcome,
-    VerifierCall,
-    VerifierSpecs,
-    WorkerProcess,
-    build_verifiers,
-    run_calls,
-)
+from grpo_run.core.components import FINISH_REASON_KEY, NUM_TOKENS_KEY
+from grpo_run.core.scoring_async import AsyncVerifiers
+from grpo_run.core.scoring_metrics import ErrorRateGuard, ScoringMetrics
+from grpo_run.core.scoring_policy import VerifierPolicy, max_possible_score
+from grpo_run.core.scoring_sync import SyncVerifiers
+from grpo_run.core.scoring_workers import CallOutcome, VerifierCall, VerifierSpecs, build_policies
+
+if TYPE_CHECKING:
+    from grpo_run.core.config.schema import ScoringSection
 
 logger = structlog.get_logger()
-
-MAX_CHUNK = 64
-"""Most calls sent to a worker in one message."""
 
 
 @attrs.frozen
@@ -44,36 +49,45 @@ class ScoredCompletion:
     """The reward of one completion."""
 
     reward: float
-    """Sum of ``weight x score`` over the applicable verifiers the row names."""
+    """``verification_reward x sum(weight x score)`` over the applicable additive verifiers the
+    row gets, or the ``gate_fail_reward`` of a gate it failed."""
     max_reward: float
-    """Sum of the weights of the enabled, applicable verifiers the row names."""
+    """``verification_reward x sum(weight x top of score range)`` over the same additive verifiers."""
     scores: Mapping[str, float]
-    """Unweighted score of each applicable verifier (0 for a failed call)."""
+    """Unweighted score of each applicable verifier, gates included (0 for a failed call)."""
     error: str | None = None
     """Why some verifier gave no real score (timeout, exception, not enabled); None when all did."""
+    gated: bool = False
+    """A gate failed, so ``reward`` is its ``gate_fail_reward``."""
 
 
 @attrs.frozen
 class _Planned:
-    """Row ``row`` asks verifier ``verifier`` (call ``call``) for a score."""
+    """Row number ``row`` asks ``verifier`` for a score (one per dispatched call)."""
 
     row: int
     verifier: str
 
 
 class RewardScorer:
-    """Scores completions with the enabled verifiers, isolated in killable worker processes.
+    """Scores completions with the enabled verifiers, each call isolated.
 
     :param verifiers: enabled verifiers, ``name -> (class, config)``; the name is what rows use.
-        Classes and configs must be picklable (defined at module level) to reach the workers.
-    :param num_workers: worker processes; 0 runs verifiers in a thread of this process
-        (debugging: no time limit is enforced there).
-    :param timeout_s: per-call time limit; an overrunning call's worker is killed and replaced.
+        Sync verifiers' classes and configs must be picklable (module level) to reach the workers.
+    :param num_workers: worker processes for sync verifiers; 0 runs them in a thread of this
+        process (debugging: no time limit is enforced there).
+    :param timeout_s: per-call time limit; an overrunning sync call's worker is killed and
+        replaced, an overrunning async call is cancelled. A batch of n calls gets n times it.
     :param default_verifier: verifier for rows without a ``verifier`` key.
     :param chunk_size: calls per worker message; by default sized to give each worker ~4 chunks.
     :param max_logged_errors: failed calls logged per verifier (all are counted).
+    :param verification_reward: multiplies every additive reward (and the maxima); must be > 0.
+    :param max_error_rate: a verifier whose errors and timeouts exceed this share of its last
+        ``error_window`` calls (once it has had ``error_min_calls``) makes :meth:`score` raise
+        :class:`~grpo_run.core.errors.RunError`; 1.0 (the default here) disables the check.
 
-    Workers start on the first :meth:`score` (or :meth:`start`). Call :meth:`close` when done.
+    Workers start on the first :meth:`score` (or :meth:`start`). Call :meth:`close` (or, inside
+    the event loop, ``await`` :meth:`aclose`) when done. Use one event loop for all calls.
     """
 
     def __init__(
@@ -85,6 +99,10 @@ class RewardScorer:
         default_verifier: str | None = None,
         chunk_size: int | None = None,
         max_logged_errors: int = 5,
+        verification_reward: float = 1.0,
+        max_error_rate: float = 1.0,
+        error_window: int = 200,
+        error_min_calls: int = 50,
     ) -> None:
         if not verifiers:
             raise ValueError("RewardScorer needs at least one enabled verifier")
@@ -96,23 +114,53 @@ class RewardScorer:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         if default_verifier is not None and default_verifier not in verifiers:
             raise ValueError(f"default_verifier {default_verifier!r} is not enabled; enabled: {', '.join(verifiers)}")
+        if not (verification_reward > 0 and math.isfinite(verification_reward)):
+            raise ValueError(f"verification_reward must be a finite number > 0, got {verification_reward}")
         self._specs: VerifierSpecs = dict(verifiers)
-        self._weights = {name: float(getattr(config, "weight", 1.0)) for name, (_, config) in self._specs.items()}
-        self._check_picklable(num_workers)
-        self.num_workers = num_workers
+        self._policies: dict[str, VerifierPolicy] = build_policies(self._specs)
+        sync_specs = {n: spec for n, spec in self._specs.items() if not self._policies[n].is_async}
+        async_specs = {n: spec for n, spec in self._specs.items() if self._policies[n].is_async}
+        self._all_rows = [name for name, policy in self._policies.items() if policy.all_rows]
+        self._sync = SyncVerifiers(sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size)
+        self.num_workers = self._sync.num_workers
         self.timeout_s = timeout_s
         self.default_verifier = default_verifier
-        self.chunk_size = chunk_size
         self.max_logged_errors = max_logged_errors
+        self.verification_reward = float(verification_reward)
         self._metrics = ScoringMetrics()
+        self._guard = ErrorRateGuard(max_error_rate, error_window, min(error_min_calls, error_window))
         self._logged: dict[str, int] = {}
-        self._local_verifiers: dict[str, Any] | None = None
-        self._workers = [WorkerProcess(self._specs, timeout_s) for _ in range(num_workers)]
-        self._idle: queue.SimpleQueue[WorkerProcess] = queue.SimpleQueue()
-        for worker in self._workers:
-            self._idle.put(worker)
-        self._executor = ThreadPoolExecutor(max_workers=max(1, num_workers), thread_name_prefix="grpo-run-scoring")
+        self._async = AsyncVerifiers(async_specs, self._policies, timeout_s)
         self._closed = False
+        logger.info(
+            "reward scale",
+            max_possible_score=self.max_possible_score,
+            verification_reward=self.verification_reward,
+            verifiers={n: ("gate" if p.gate else "additive") + (", all rows" if p.all_rows else "")
+                       for n, p in self._policies.items()},
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        scoring: ScoringSection,
+        verifiers: Mapping[str, tuple[type, Any]],
+        *,
+        default_verifier: str | None = None,
+        **overrides: Any,
+    ) -> RewardScorer:
+        """A scorer configured by a ``[scoring]`` section; ``overrides`` replace single arguments."""
+        kwargs: dict[str, Any] = {
+            "num_workers": scoring.num_workers,
+            "timeout_s": scoring.timeout_s,
+            "verification_reward": scoring.verification_reward,
+            "max_error_rate": scoring.max_error_rate,
+            "error_window": scoring.error_window,
+            "error_min_calls": scoring.error_min_calls,
+            "max_logged_errors": scoring.max_logged_errors,
+        }
+        kwargs.update(overrides)
+        return cls(verifiers, default_verifier=default_verifier, **kwargs)
 
     @property
     def enabled(self) -> list[str]:
@@ -120,50 +168,100 @@ class RewardScorer:
         return list(self._specs)
 
     @property
+    def policies(self) -> Mapping[str, VerifierPolicy]:
+        """How each enabled verifier is run and combined."""
+        return dict(self._policies)
+
+    @property
+    def max_possible_score(self) -> float:
+        """The most a row naming one verifier can score (see :func:`scoring_policy.max_possible_score`)."""
+        return max_possible_score(self._policies, self.verification_reward)
+
+    def row_max_score(self, row: Mapping[str, Any]) -> float:
+        """The most ``row`` can score if all its verifiers apply (the ``max_reward`` it would get)."""
+        names = [name for name, _ in self._plan_row(row, [])]
+        return self.verification_reward * sum(self._policies[n].max_contribution for n in names)
+
+    @property
     def worker_pids(self) -> list[int]:
         """Process ids of the worker processes alive now (workers start lazily)."""
-        return [pid for pid in (w.pid for w in self._workers) if pid is not None]
+        return self._sync.worker_pids
 
     def start(self) -> None:
         """Start every worker now (in parallel) instead of on the first :meth:`score`."""
-        for worker in self._workers:
-            worker.spawn()
-        for worker in self._workers:
-            worker.wait_ready()
+        self._sync.start()
 
-    async def score(self, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> list[ScoredCompletion]:
-        """Score ``completions[i]`` against ``rows[i]``; never blocks the event loop."""
+    async def score(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        completions: Sequence[str],
+        finish_reasons: Sequence[str] | None = None,
+        num_tokens: Sequence[int] | None = None,
+        *,
+        record_metrics: bool = True,
+    ) -> list[ScoredCompletion]:
+        """Score ``completions[i]`` against ``rows[i]``; never blocks the event loop.
+
+        ``finish_reasons[i]`` / ``num_tokens[i]``, when given, reach the verifiers in the row
+        mapping under ``"finish_reason"`` / ``"num_tokens"``. With ``record_metrics=False`` the
+        calls stay out of :meth:`pop_metrics` (evaluation, so that it does not mix into a
+        training step scored concurrently); failures are still logged and count toward the
+        error-rate limit. Raises :class:`~grpo_run.core.errors.RunError` when a verifier's error
+        rate is over the limit.
+        """
         if self._closed:
             raise RuntimeError("RewardScorer.score() called after close()")
-        if len(rows) != len(completions):
-            raise ValueError(f"{len(rows)} rows but {len(completions)} completions")
+        per_row = (("completions", completions), ("finish_reasons", finish_reasons), ("num_tokens", num_tokens))
+        for label, values in per_row:
+            if values is not None and len(values) != len(rows):
+                raise ValueError(f"{len(rows)} rows but {len(values)} {label}")
         planned: list[_Planned] = []
         calls: list[VerifierCall] = []
         row_errors: list[list[str]] = [[] for _ in rows]
         for i, (row, completion) in enumerate(zip(rows, completions, strict=True)):
+            extra = {}
+            if finish_reasons is not None:
+                extra[FINISH_REASON_KEY] = finish_reasons[i]
+            if num_tokens is not None:
+                extra[NUM_TOKENS_KEY] = num_tokens[i]
             for name, gold in self._plan_row(row, row_errors[i]):
                 planned.append(_Planned(i, name))
-                calls.append(VerifierCall(name, completion, gold, dict(row)))
-            if row_errors[i]:
+                calls.append(VerifierCall(name, completion, gold, {**row, **extra}))
+            if row_errors[i] and record_metrics:
                 self._metrics.add_row_error()
                 self._log_failure("row cannot be fully scored", None, row, "; ".join(row_errors[i]))
         outcomes = await self._run(calls) if calls else []
-        return self._combine(rows, planned, outcomes, row_errors)
+        metrics = self._metrics if record_metrics else ScoringMetrics()
+        results = self._combine(rows, planned, outcomes, row_errors, metrics)
+        gated = sum(r.gated for r in results)
+        metrics.add_rows(len(results), gated)
+        if gated == len(results) > 1:
+            hint = "check that the prompts ask for what the gating verifiers require"
+            self._log_failure("every row failed a gate: all rewards are a gate_fail_reward", "<gates>", rows[0], hint)
+        self._guard.check()
+        return results
 
     def pop_metrics(self) -> dict[str, float]:
-        """Metrics since the last pop: ``verifier/<name>/{count, mean_score, correct_rate,
+        """Metrics since the last pop: ``verifier/<name>/{calls, count, mean_score, correct_rate,
         latency_p50_ms, latency_p95_ms, errors, timeouts}`` for each verifier that had calls, its
-        own ``VerifierResult.metrics`` averaged under the same prefix, and ``scoring/row_errors``."""
+        own ``VerifierResult.metrics`` averaged under the same prefix, ``scoring/row_errors`` and
+        ``scoring/gated_fraction``."""
         return self._metrics.pop()
 
+    async def aclose(self) -> None:
+        """Close from inside the event loop: await the async verifiers' ``aclose()``, then :meth:`close`."""
+        await self._async.aclose()
+        self.close()
+
     def close(self) -> None:
-        """Stop and reap every worker process. Idempotent; not while a :meth:`score` runs."""
+        """Stop and reap every worker process and close async verifiers. Idempotent; not while a
+        :meth:`score` runs. Prefer :meth:`aclose` when the async verifiers hold loop resources."""
         if self._closed:
             return
         self._closed = True
-        for worker in self._workers:
-            worker.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._async.built:
+            self._close_async_outside_loop()
+        self._sync.close()
 
     def __enter__(self) -> RewardScorer:
         return self
@@ -174,26 +272,31 @@ class RewardScorer:
     # -- planning and combining ------------------------------------------------------------------
 
     def _plan_row(self, row: Mapping[str, Any], errors: list[str]) -> list[tuple[str, Any]]:
-        """(verifier, ground truth) pairs for an enabled verifier the row names; problems go to ``errors``."""
+        """(verifier, ground truth) pairs for the row: the enabled verifiers it names, then those
+        scoring every row; problems go to ``errors``."""
         names = row.get("verifier", self.default_verifier)
         gold = row.get("ground_truth")
-        if isinstance(names, str):
+        if names is None and self._all_rows:
+            pairs: list[tuple[str, Any]] = []
+        elif isinstance(names, str):
             pairs = [(names, gold)]
         elif isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
             if not (isinstance(gold, (list, tuple)) and len(gold) == len(names)):
                 errors.append(f"verifier lists {len(names)} names, so ground_truth must be a list of {len(names)}")
-                return []
-            pairs = list(zip(names, gold, strict=True))
+                pairs = []
+            else:
+                pairs = list(zip(names, gold, strict=True))
         else:
             errors.append(f"verifier must be a name or a list of names, got {names!r}")
-            return []
+            pairs = []
         if len({name for name, _ in pairs}) != len(pairs):
             errors.append(f"verifier names a verifier twice: {names!r}")
-            return []
-        unknown = [name for name, _ in pairs if name not in self._specs]
-        for name in unknown:
-            errors.append(f"verifier {name!r} is not enabled; enabled: {', '.join(self._specs)}")
-        return [(name, g) for name, g in pairs if name in self._specs]
+            pairs = []
+        for name, _ in pairs:
+            if name not in self._specs:
+                errors.append(f"verifier {name!r} is not enabled; enabled: {', '.join(self._specs)}")
+        named = {name for name, _ in pairs}
+        return [(n, g) for n, g in pairs if n in self._specs] + [(n, None) for n in self._all_rows if n not in named]
 
     def _combine(
         self,
@@ -201,25 +304,41 @@ class RewardScorer:
         planned: list[_Planned],
         outcomes: list[CallOutcome],
         row_errors: list[list[str]],
+        metrics: ScoringMetrics,
     ) -> list[ScoredCompletion]:
-        rewards = [0.0] * len(rows)
-        max_rewards = [0.0] * len(rows)
+        additive = [0.0] * len(rows)
+        maxima = [0.0] * len(rows)
+        gate_rewards: list[float | None] = [None] * len(rows)
         scores: list[dict[str, float]] = [{} for _ in rows]
         for plan, outcome in zip(planned, outcomes, strict=True):
-            self._metrics.add(plan.verifier, outcome)
+            row = rows[plan.row]
+            metrics.add(plan.verifier, outcome)
+            self._guard.add(plan.verifier, outcome, row.get("id"))
             if outcome.error is not None:
                 row_errors[plan.row].append(f"{plan.verifier}: {outcome.error}")
                 event = "verifier timed out" if outcome.timed_out else "verifier failed"
-                self._log_failure(event, plan.verifier, rows[plan.row], outcome.error)
+                self._log_failure(event, plan.verifier, row, outcome.error)
             if not outcome.applicable:
                 continue
-            weight = self._weights[plan.verifier]
+            policy = self._policies[plan.verifier]
             scores[plan.row][plan.verifier] = outcome.score
-            rewards[plan.row] += weight * outcome.score
-            max_rewards[plan.row] += weight
+            if not policy.gate:
+                additive[plan.row] += policy.weight * outcome.score
+                maxima[plan.row] += policy.max_contribution
+            elif outcome.error is not None or outcome.score < policy.score_range[1]:
+                current = gate_rewards[plan.row]
+                fail = policy.gate_fail_reward
+                gate_rewards[plan.row] = fail if current is None else min(current, fail)
+        scale = self.verification_reward
         return [
-            ScoredCompletion(reward=r, max_reward=m, scores=s, error="; ".join(e) if e else None)
-            for r, m, s, e in zip(rewards, max_rewards, scores, row_errors, strict=True)
+            ScoredCompletion(
+                reward=scale * a if g is None else g,
+                max_reward=scale * m,
+                scores=s,
+                error="; ".join(e) if e else None,
+                gated=g is not None,
+            )
+            for a, m, g, s, e in zip(additive, maxima, gate_rewards, scores, row_errors, strict=True)
         ]
 
     def _log_failure(self, event: str, verifier: str | None, row: Mapping[str, Any], error: str) -> None:
@@ -235,47 +354,59 @@ class RewardScorer:
     # -- execution -----------------------------------------------------------------------------
 
     async def _run(self, calls: list[VerifierCall]) -> list[CallOutcome]:
-        loop = asyncio.get_running_loop()
-        if self.num_workers == 0:
-            return await loop.run_in_executor(self._executor, self._run_local, calls)
-        size = self.chunk_size or max(1, min(MAX_CHUNK, math.ceil(len(calls) / (4 * self.num_workers))))
-        chunks: queue.SimpleQueue[tuple[int, list[VerifierCall]]] = queue.SimpleQueue()
-        for start in range(0, len(calls), size):
-            chunks.put((start, calls[start : start + size]))
-        drainers = min(self.num_workers, math.ceil(len(calls) / size))
-        done = await asyncio.gather(*(loop.run_in_executor(self._executor, self._drain, chunks) for _ in range(drainers)))
+        """Outcomes of ``calls`` in order: sync ones in workers, async ones here, concurrently."""
+        sync_idx = [i for i, c in enumerate(calls) if not self._policies[c.verifier].is_async]
+        async_idx = [i for i, c in enumerate(calls) if self._policies[c.verifier].is_async]
+        sync_units = self._group_units(calls, sync_idx, max(1, self.num_workers))
+        async_units = self._group_units(calls, async_idx, 1)
+        sync_done, async_done = await asyncio.gather(
+            self._sync.run([[calls[i] for i in u] for u in sync_units]),
+            self._async.run([[calls[i] for i in u] for u in async_units]) if async_units else _no_outcomes(),
+        )
         outcomes: list[CallOutcome] = [None] * len(calls)  # type: ignore[list-item]
-        for start, chunk_outcomes in (item for results in done for item in results):
-            outcomes[start : start + len(chunk_outcomes)] = chunk_outcomes
+        for units, done in ((sync_units, sync_done), (async_units, async_done)):
+            for unit, unit_outcomes in zip(units, done, strict=True):
+                for i, outcome in zip(unit, unit_outcomes, strict=True):
+                    outcomes[i] = outcome
         return outcomes
 
-    def _drain(self, chunks: queue.SimpleQueue[tuple[int, list[VerifierCall]]]) -> list[tuple[int, list[CallOutcome]]]:
-        """Thread body: take a worker, run chunks until none are left, give the worker back."""
-        worker = self._idle.get()
-        results = []
+    def _group_units(self, calls: list[VerifierCall], indices: list[int], spread: int) -> list[list[int]]:
+        """Group call indices into units: one per call, except batched verifiers' calls, which
+        go in batches of at most ``max_batch_size`` (and small enough to spread over ``spread``
+        workers). A batch sits where its first call was."""
+        per_verifier: dict[str, int] = {}
+        for i in indices:
+            per_verifier[calls[i].verifier] = per_verifier.get(calls[i].verifier, 0) + 1
+        units: list[list[int]] = []
+        open_batch: dict[str, list[int]] = {}
+        for i in indices:
+            name = calls[i].verifier
+            policy = self._policies[name]
+            if not policy.batched:
+                units.append([i])
+                continue
+            cap = min(policy.max_batch_size, max(1, math.ceil(per_verifier[name] / spread)))
+            batch = open_batch.get(name)
+            if batch is None or len(batch) >= cap:
+                batch = open_batch[name] = []
+                units.append(batch)
+            batch.append(i)
+        return units
+
+    def _close_async_outside_loop(self) -> None:
         try:
-            while True:
-                try:
-                    start, chunk = chunks.get_nowait()
-                except queue.Empty:
-                    return results
-                results.append((start, worker.run_chunk(chunk)))
-        finally:
-            self._idle.put(worker)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        try:
+            if loop is None:
+                asyncio.run(self._async.aclose())
+            else:  # closed from inside a loop without aclose(): finish in the background
+                self._closing = loop.create_task(self._async.aclose())
+        except Exception as exc:  # shutting down: report, keep closing the rest
+            logger.warning("closing async verifiers failed", error=f"{type(exc).__name__}: {exc}")
 
-    def _run_local(self, calls: list[VerifierCall]) -> list[CallOutcome]:
-        if self._local_verifiers is None:
-            self._local_verifiers = build_verifiers(self._specs)
-        return run_calls(self._local_verifiers, calls)
 
-    def _check_picklable(self, num_workers: int) -> None:
-        if num_workers == 0:
-            return
-        for name, spec in self._specs.items():
-            try:
-                pickle.dumps(spec)
-            except Exception as exc:
-                raise ValueError(
-                    f"verifier {name!r}: its class and config must be picklable to run in worker "
-                    f"processes (define them at module level): {type(exc).__name__}: {exc}"
-                ) from exc
+async def _no_outcomes() -> list[list[CallOutcome]]:
+    return []
+

@@ -1,15 +1,27 @@
-"""Per-verifier statistics of the scoring runtime, reported under ``verifier/<name>/...``."""
+"""Per-verifier statistics of the scoring runtime, reported under ``verifier/<name>/...``, and the
+error-rate guard that stops a run whose verifier keeps failing."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
+from typing import Any
 
 import attrs
 
+from grpo_run.core.errors import RunError
 from grpo_run.core.scoring_workers import CallOutcome
 
-STANDARD_KEYS = ("count", "mean_score", "correct_rate", "latency_p50_ms", "latency_p95_ms", "errors", "timeouts")
+STANDARD_KEYS = (
+    "calls",
+    "count",
+    "mean_score",
+    "correct_rate",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "errors",
+    "timeouts",
+)
 """Keys every verifier that had calls reports; verifier-specific metrics cannot override them."""
 
 
@@ -17,6 +29,8 @@ STANDARD_KEYS = ("count", "mean_score", "correct_rate", "latency_p50_ms", "laten
 class VerifierStats:
     """Running totals for one verifier since the last :meth:`ScoringMetrics.pop`."""
 
+    calls: int = 0
+    """Every call, applicable or not, failed or not."""
     scores: list[float] = attrs.field(factory=list)
     """Scores of applicable calls (failed calls count as 0)."""
     latencies_s: list[float] = attrs.field(factory=list)
@@ -28,6 +42,7 @@ class VerifierStats:
     """Verifier-specific metrics (``VerifierResult.metrics``), averaged on pop."""
 
     def add(self, outcome: CallOutcome) -> None:
+        self.calls += 1
         if outcome.timed_out:
             self.timeouts += 1
         else:
@@ -46,9 +61,16 @@ class ScoringMetrics:
     def __init__(self) -> None:
         self._stats: dict[str, VerifierStats] = {}
         self._row_errors = 0
+        self._rows = 0
+        self._gated = 0
 
     def add(self, verifier: str, outcome: CallOutcome) -> None:
         self._stats.setdefault(verifier, VerifierStats()).add(outcome)
+
+    def add_rows(self, rows: int, gated: int) -> None:
+        """``rows`` rows scored, ``gated`` of them given a failed gate's reward."""
+        self._rows += rows
+        self._gated += gated
 
     def add_row_error(self) -> None:
         """A row that could not be fully dispatched (e.g. it names a verifier not enabled)."""
@@ -56,7 +78,10 @@ class ScoringMetrics:
 
     def pop(self) -> dict[str, float]:
         """Metrics since the last pop, then reset. Only verifiers that had calls report; a mean
-        with nothing to average (no applicable call, no call that returned) is left out, not NaN."""
+        with nothing to average (no applicable call, no call that returned) is left out, not NaN.
+        ``calls`` counts every call, ``count`` the applicable ones (those in ``mean_score``);
+        ``correct_rate`` is the share of applicable scores equal to 1. ``scoring/gated_fraction``
+        is the share of rows whose reward a failed gate replaced (only when rows were scored)."""
         metrics: dict[str, float] = {}
         for name, stats in sorted(self._stats.items()):
             prefix = f"verifier/{name}/"
@@ -65,6 +90,7 @@ class ScoringMetrics:
                     metrics[prefix + key] = sum(values) / len(values)
             scores = stats.scores
             latencies_ms = sorted(1000.0 * s for s in stats.latencies_s)
+            metrics[prefix + "calls"] = float(stats.calls)
             metrics[prefix + "count"] = float(len(scores))
             if scores:
                 metrics[prefix + "mean_score"] = sum(scores) / len(scores)
@@ -75,8 +101,10 @@ class ScoringMetrics:
             metrics[prefix + "errors"] = float(stats.errors)
             metrics[prefix + "timeouts"] = float(stats.timeouts)
         metrics["scoring/row_errors"] = float(self._row_errors)
+        if self._rows:
+            metrics["scoring/gated_fraction"] = self._gated / self._rows
         self._stats = {}
-        self._row_errors = 0
+        self._row_errors = self._rows = self._gated = 0
         return metrics
 
 
@@ -86,3 +114,46 @@ def percentile(sorted_values: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class ErrorRateGuard:
+    """Stops a run whose verifier fails too often: over the last ``window`` calls of each
+    verifier, once it has had at least ``min_calls``, an error-or-timeout rate above
+    ``max_error_rate`` raises :class:`RunError` from :meth:`check`. ``max_error_rate = 1`` disables it."""
+
+    def __init__(self, max_error_rate: float, window: int, min_calls: int) -> None:
+        if not 0.0 <= max_error_rate <= 1.0:
+            raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
+        if not 1 <= min_calls <= window:
+            raise ValueError(f"need 1 <= min_calls <= window, got min_calls={min_calls}, window={window}")
+        self.max_error_rate = max_error_rate
+        self.min_calls = min_calls
+        self._window = window
+        self._failed: dict[str, deque[bool]] = {}
+        self._last_error: dict[str, tuple[Any, str]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_error_rate < 1.0
+
+    def add(self, verifier: str, outcome: CallOutcome, row_id: Any) -> None:
+        if not self.enabled:
+            return
+        self._failed.setdefault(verifier, deque(maxlen=self._window)).append(outcome.error is not None)
+        if outcome.error is not None:
+            self._last_error[verifier] = (row_id, outcome.error)
+
+    def check(self) -> None:
+        """Raise :class:`RunError` naming the first verifier over the limit (sorted by name)."""
+        for verifier, failed in sorted(self._failed.items()):
+            if len(failed) < self.min_calls:
+                continue
+            rate = sum(failed) / len(failed)
+            if rate > self.max_error_rate:
+                row_id, error = self._last_error[verifier]
+                raise RunError(
+                    f"verifier {verifier!r} failed {sum(failed)} of its last {len(failed)} calls "
+                    f"({rate:.0%}, above scoring.max_error_rate = {self.max_error_rate:g}); "
+                    f"last error (row {row_id!r}): {error}. Fix the verifier, its config or the data, "
+                    f"or raise scoring.max_error_rate (1.0 disables this check)"
+                )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,14 @@ class RunParts:
     learner: Learner
     trackers: list[Any]
 
+    def rollout_state(self) -> dict[str, Any]:
+        """What decides the next rollout batches: the sampler's state and, if it keeps one, the engine's."""
+        state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
+        engine_state = getattr(self.engine, "state_dict", None)
+        if engine_state is not None:
+            state["engine"] = engine_state()
+        return copy.deepcopy(state)  # a snapshot: the live objects keep moving
+
     def close(self) -> None:
         for closer in (self.scorer.close, self.engine.close, *(t.close for t in self.trackers)):
             try:
@@ -54,8 +63,13 @@ def resolve_model_path(cfg: RunConfig, host: PluginHost) -> str:
     return name
 
 
-def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path) -> RunParts:
-    """Load data, model, tokenizer and every plugin component for ``cfg``."""
+def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: str | Path | None = None) -> RunParts:
+    """Load data, model, tokenizer and every plugin component for ``cfg``.
+
+    ``policy_from``: a checkpoint directory (Hugging Face format) whose weights the policy starts
+    from instead of ``model.name_or_path`` (resuming). The tokenizer, the engine's initial
+    weights and the reference policy still come from ``model.name_or_path``.
+    """
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -75,7 +89,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path) -> RunParts:
             model_path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
         )
         policy = AutoModelForCausalLM.from_pretrained(
-            model_path,
+            str(policy_from) if policy_from is not None else model_path,
             dtype=dtype,
             revision=cfg.model.revision,
             attn_implementation=cfg.model.attn_implementation,
@@ -88,7 +102,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path) -> RunParts:
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     reference = None
-    if cfg.kl.beta > 0:
+    if cfg.kl.beta > 0 and cfg.kl.reference != "none":  # frozen or Polyak: starts as the initial policy
         reference = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=dtype, attn_implementation=cfg.model.attn_implementation
         ).to(cfg.model.device)
@@ -103,10 +117,9 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path) -> RunParts:
         EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=dtype, device=cfg.model.device, seed=cfg.run.seed,
                       attn_implementation=cfg.model.attn_implementation),
     )
-    scorer = RewardScorer(
+    scorer = RewardScorer.from_config(
+        cfg.scoring,
         verifiers={name: (registry.get("verifier", name), conf) for name, conf in cfg.verifiers.items()},
-        num_workers=cfg.scoring.num_workers,
-        timeout_s=cfg.scoring.timeout_s,
         default_verifier=cfg.data.default_verifier,
     )
     sampler = registry.get("sampler", cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)

@@ -7,6 +7,7 @@ component's ``Config`` (attrs validators or ``__attrs_post_init__``), not here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from grpo_run.core.config.formatting import ConfigIssue
@@ -46,9 +47,19 @@ def groups_can_have_spread(cfg: RunConfig) -> list[ConfigIssue]:
 
 
 def some_reward_enabled(cfg: RunConfig) -> list[ConfigIssue]:
-    """Without a verifier of positive weight every reward is zero."""
-    if any(getattr(c, "weight", 1.0) > 0 for c in cfg.verifiers.values()):
+    """Without an additive verifier of positive weight every reward is zero (a gate only
+    replaces rewards that other verifiers made)."""
+    configs = cfg.verifiers.values()
+    if any(getattr(c, "weight", 1.0) > 0 and getattr(c, "mode", "additive") != "gate" for c in configs):
         return []
+    if any(getattr(c, "mode", "additive") == "gate" for c in configs):
+        return [
+            ConfigIssue(
+                "verifiers",
+                'every enabled verifier is a gate (mode = "gate") or has weight 0; a gate only replaces '
+                "rewards, so enable an additive verifier with weight > 0",
+            )
+        ]
     if cfg.verifiers:
         return [ConfigIssue("verifiers", "every enabled verifier has weight 0; give one a weight > 0")]
     return [ConfigIssue("verifiers", "no verifier enabled; add a table such as [verifiers.math]")]
@@ -133,6 +144,79 @@ def warmup_within_training(cfg: RunConfig) -> list[ConfigIssue]:
     ]
 
 
+def loss_denominator_is_token_or_positive(cfg: RunConfig) -> list[ConfigIssue]:
+    """A constant denominator replaces a token count: it must be a positive finite number."""
+    alg = cfg.algorithm
+    value = alg.loss_denominator
+    if value == "token":
+        return []
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or not (math.isfinite(value) and value > 0):
+        return [ConfigIssue("algorithm.loss_denominator", f'must be "token" or a positive number, got {value!r}')]
+    if alg.loss_aggregation == "seq-mean-token-sum":
+        return [
+            ConfigIssue(
+                "algorithm.loss_denominator",
+                f"a number ({value!r}) replaces a token count, and loss_aggregation = \"seq-mean-token-sum\" "
+                'has none; use "token-mean" (sum / C) or "seq-mean-token-mean" (per-sequence sum / C)',
+            )
+        ]
+    return []
+
+
+def kl_penalty_needs_reference(cfg: RunConfig) -> list[ConfigIssue]:
+    """A KL penalty is measured against a reference policy."""
+    if cfg.kl.reference != "none" or cfg.kl.beta == 0:
+        return []
+    return [
+        ConfigIssue(
+            "kl.reference",
+            f'is "none" but kl.beta = {cfg.kl.beta} > 0 (a KL penalty needs a reference policy): '
+            'set kl.beta = 0 or kl.reference = "frozen" / "polyak"',
+        )
+    ]
+
+
+def engine_logprobs_exclude_mismatch_correction(cfg: RunConfig) -> list[ConfigIssue]:
+    """With pi_old = pi_engine the mismatch ratio is 1 by construction: the correction would be a no-op."""
+    alg = cfg.algorithm
+    if not alg.use_engine_logprobs_as_old or alg.mismatch_correction == "none":
+        return []
+    return [
+        ConfigIssue(
+            "algorithm.mismatch_correction",
+            f'must be "none" when algorithm.use_engine_logprobs_as_old is true (got {alg.mismatch_correction!r}): '
+            "the correction needs pi_old from the learner, and engine log-probs as pi_old make the ratio 1",
+        )
+    ]
+
+
+def checkpoint_dir_needs_saving(cfg: RunConfig) -> list[ConfigIssue]:
+    """A checkpoint directory and a save frequency (or the final save) go together."""
+    ck = cfg.checkpoint
+    if ck.dir is None or ck.save_freq > 0 or ck.save_final:
+        return []
+    return [
+        ConfigIssue(
+            "checkpoint.dir",
+            "is set but nothing is saved there: set checkpoint.save_freq > 0 or checkpoint.save_final = true",
+        )
+    ]
+
+
+def active_sampling_needs_zero_std_filter(cfg: RunConfig) -> list[ConfigIssue]:
+    """Active sampling refills a batch with groups that have a reward spread; the filter must drop the rest."""
+    if cfg.sampler.name != "active" or cfg.algorithm.filter_zero_std_samples:
+        return []
+    return [
+        ConfigIssue(
+            "sampler.name",
+            'is "active", which needs algorithm.filter_zero_std_samples = true '
+            "(it draws more prompts to replace the zero-std groups that filter drops)",
+        )
+    ]
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     pack_length_fits_one_sequence,
     groups_can_have_spread,
@@ -143,6 +227,11 @@ INVARIANTS: tuple[Invariant, ...] = (
     eval_needs_eval_rows,
     default_verifier_is_enabled,
     warmup_within_training,
+    loss_denominator_is_token_or_positive,
+    kl_penalty_needs_reference,
+    engine_logprobs_exclude_mismatch_correction,
+    checkpoint_dir_needs_saving,
+    active_sampling_needs_zero_std_filter,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL
 estimator is enforced while structuring: ``kl.name`` must always name a registered one."""

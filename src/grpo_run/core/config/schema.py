@@ -32,11 +32,27 @@ class PluginSlot:
 
 @attrs.frozen
 class KLSlot:
-    """The KL estimator and its weight in the loss."""
+    """The KL estimator, its weight, where the penalty goes and which policy it is measured against.
+
+    ``name``, ``beta``, ``placement``, ``reference``, ``ref_policy_update_freq`` and ``alpha`` are
+    core keys of the ``[kl]`` table; every other key configures the chosen estimator.
+    """
 
     name: str = "k3"
     beta: float = attrs.field(default=0.0, validator=non_negative)
     """Weight of the KL term; 0 disables it and no reference model is loaded."""
+    placement: Literal["loss", "reward"] = attrs.field(default="loss", kw_only=True)
+    """``"loss"``: ``beta`` x the per-token estimate is added to the per-token loss (with grad).
+    ``"reward"``: ``beta`` x the sequence's summed estimate under pi_old (detached) is subtracted
+    from the sequence's advantage before the loss (after group normalisation)."""
+    reference: Literal["none", "frozen", "polyak"] = attrs.field(default="frozen", kw_only=True)
+    """``"frozen"``: the initial policy; ``"polyak"``: the initial policy, moved towards the policy
+    every ``ref_policy_update_freq`` steps; ``"none"``: no reference (needs ``beta = 0``)."""
+    ref_policy_update_freq: int = attrs.field(default=1, validator=positive, kw_only=True)
+    """``reference = "polyak"``: update the reference every this many learner steps."""
+    alpha: float = attrs.field(default=0.6, validator=[v.gt(0.0), v.le(1.0)], kw_only=True)
+    """``reference = "polyak"``: theta_ref <- alpha * theta + (1 - alpha) * theta_ref (Open Instruct's
+    default 0.6; 1 copies the policy)."""
     config: Any = None
 
 
@@ -92,6 +108,9 @@ class RolloutSection:
     """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
 
 
+MismatchCorrection = Literal["none", "token-truncate", "token-mask", "sequence-truncate", "sequence-mask"]
+
+
 @attrs.frozen
 class AlgorithmSection:
     advantage_normalization_type: Literal["standard", "centered"] = "standard"
@@ -100,10 +119,38 @@ class AlgorithmSection:
     pack_length: int = attrs.field(default=512, validator=positive)
     """Tokens per packed learner row."""
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses become one number, for every loss: ``token-mean`` (every loss token of
+    the rollout batch weighs the same), ``seq-mean-token-mean`` (mean per sequence, then over
+    sequences), ``seq-mean-token-sum`` (sum per sequence, mean over sequences)."""
+    loss_denominator: Literal["token"] | float = "token"
+    """``"token"``: divide by the token count the aggregation mode implies; a positive number C:
+    divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
+    each sequence's sum / C, mean over sequences). Not with ``seq-mean-token-sum``."""
     mask_truncated_completions: bool = False
     num_mini_batches: int = attrs.field(default=1, validator=positive)
+    """Optimizer steps per epoch over the rollout batch (PPO mini-batches)."""
     num_epochs: int = attrs.field(default=1, validator=positive)
+    """Passes over the rollout batch; pi_old stays the policy that started the step."""
     advantage_eps: float = attrs.field(default=1e-6, validator=v.gt(0.0))
+    use_engine_logprobs_as_old: bool = False
+    """Take pi_old from the generation engine's log-probs instead of recomputing it with the
+    learner (saves a forward; excludes ``mismatch_correction``)."""
+    mismatch_correction: MismatchCorrection = "none"
+    """Engine/trainer mismatch correction with rho = pi_old(learner) / pi_engine: ``token-*`` per
+    token, ``sequence-*`` with the sequence's product of token ratios; ``*-truncate`` weighs the
+    loss by min(rho, mismatch_upper), ``*-mask`` drops tokens (sequences) with rho outside
+    [mismatch_lower, mismatch_upper]. The weight is detached and multiplies the policy loss."""
+    mismatch_upper: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    """Truncation cap, and upper bound of the kept range of the mask modes."""
+    mismatch_lower: float = attrs.field(default=0.0, validator=non_negative)
+    """Lower bound of the kept range of the mask modes (must be < ``mismatch_upper``)."""
+    log_entropy: bool = False
+    """Log ``policy/entropy``: mean entropy of the policy over loss tokens (costs a softmax per row)."""
+
+    @mismatch_lower.validator
+    def _lower_below_upper(self, _attribute: attrs.Attribute, value: float) -> None:
+        if value >= self.mismatch_upper:
+            raise ValueError(f"must be < mismatch_upper ({self.mismatch_upper}), got {value}")
 
 
 @attrs.frozen
@@ -134,16 +181,41 @@ class TrainSection:
 @attrs.frozen
 class CheckpointSection:
     save_freq: int = attrs.field(default=0, validator=non_negative)
-    """Save the model every this many steps (0 = only at the end)."""
+    """Save a checkpoint every this many steps (0 = only at the end)."""
     save_final: bool = True
+    dir: str | None = None
+    """Where checkpoints go (``step_<n>/`` and ``latest``); default ``<run_dir>/checkpoints``."""
+
+
+def _at_most_error_window(inst: Any, _attribute: attrs.Attribute, value: int) -> None:
+    if value > inst.error_window:
+        raise ValueError(f"must be <= scoring.error_window ({inst.error_window}), got {value}")
 
 
 @attrs.frozen
 class ScoringSection:
+    """The scoring runtime: worker processes, time limits, reward scale and the error-rate stop."""
+
     num_workers: int = attrs.field(default=1, validator=non_negative)
-    """Verifier worker processes; 0 scores in-process (no timeout enforcement, for debugging)."""
+    """Worker processes for sync verifiers; 0 scores in-process (no timeout enforcement, for
+    debugging). Async verifiers (e.g. ``judge``) always run on the training process's event loop."""
     timeout_s: float = attrs.field(default=10.0, validator=v.gt(0.0))
-    """Per-call limit; a verifier still running then is killed and the row scores 0."""
+    """Per-call limit; a sync verifier still running then is killed (its worker process is
+    replaced), an async one is cancelled, and the row's score from it is 0. A batched call of
+    ``n`` completions gets ``n x timeout_s``."""
+    verification_reward: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.lt(float("inf"))])
+    """Multiplies every row's combined reward ``sum(weight x score)`` and its maximum; a failed
+    gate's ``gate_fail_reward`` is not scaled. ``max_possible_score`` (logged once at start) is
+    ``verification_reward x`` the best that one verifier plus every all-rows verifier can add."""
+    max_error_rate: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
+    """Stop the run (with an error naming the verifier) when errors plus timeouts exceed this
+    share of a verifier's last ``error_window`` calls; 1.0 disables the check."""
+    error_window: int = attrs.field(default=200, validator=positive)
+    """Calls per verifier over which ``max_error_rate`` is measured (a sliding window)."""
+    error_min_calls: int = attrs.field(default=50, validator=[positive, _at_most_error_window])
+    """Calls a verifier must have had before ``max_error_rate`` can stop the run."""
+    max_logged_errors: int = attrs.field(default=5, validator=non_negative)
+    """Failed calls logged (with the row id) per verifier; every failure is counted in the metrics."""
 
 
 @attrs.frozen

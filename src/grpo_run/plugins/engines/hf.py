@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import attrs
 import torch
@@ -50,8 +50,27 @@ class HFEngine:
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)
 
+    async def generate_stream(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> AsyncIterator[tuple[int, list[Completion]]]:
+        """Yield ``(prompt_index, completions)`` per generate call of at most ``max_batch_size``
+        sequences, so the caller can score early groups while later ones generate."""
+        per_call = max(1, self.config.max_batch_size // params.n)
+        for start in range(0, len(prompts), per_call):
+            chunk = prompts[start : start + per_call]
+            groups = await asyncio.to_thread(self.generate_sync, chunk, params)
+            for offset, group in enumerate(groups):
+                yield start + offset, group
+
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         await asyncio.to_thread(self._load, state_dict, version)
+
+    def state_dict(self) -> dict[str, int]:
+        """The sampling-seed counter, so a resumed run draws the same completions."""
+        return {"calls": self._calls}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self._calls = int(state["calls"])
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]

@@ -13,6 +13,13 @@ import attrs
 import torch
 
 from grpo_run import LossInputs, LossOutput
+from grpo_run.plugins.losses.common import (
+    DELTA_VALIDATOR,
+    clipped_surrogate,
+    masked_log_ratio,
+    ratio_metrics,
+    zero_off_mask,
+)
 
 
 @attrs.frozen
@@ -23,6 +30,9 @@ class DapoConfig:
     """epsilon_low: the ratio is clipped below at ``1 - clip_lower`` (in ``[0, 1)``)."""
     clip_higher: float = attrs.field(default=0.28, validator=attrs.validators.ge(0.0))
     """epsilon_high: the ratio is clipped above at ``1 + clip_higher`` (``>= 0``)."""
+    delta: float | None = attrs.field(default=None, validator=DELTA_VALIDATOR)
+    """Dual clip (``> 1``): a negative-advantage token's loss is capped at ``-delta * A``, so a ratio
+    above ``delta`` no longer pushes it down. ``None`` (the default) turns it off."""
 
 
 class DapoLoss:
@@ -33,6 +43,8 @@ class DapoLoss:
     When the clipped branch is the minimum the token has zero gradient: a positive-advantage
     token whose ratio is above ``1 + clip_higher`` (counted in ``clip_frac_high``) or a
     negative-advantage token whose ratio is below ``1 - clip_lower`` (``clip_frac_low``).
+    With ``delta`` set, a negative-advantage token whose ratio exceeds ``delta`` has its loss
+    capped at ``-delta * A`` (zero gradient, counted in ``clip_frac_dual``).
     """
 
     name: ClassVar[str] = "dapo"
@@ -43,23 +55,7 @@ class DapoLoss:
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
         mask = inputs.mask  # bool [R, L]
-        adv = inputs.advantages  # [R, L]
-        # Zero the log-ratio off the mask *before* exp: padding may hold anything, and an inf
-        # there would turn into NaN gradients through the final where.
-        log_ratio = torch.where(mask, inputs.logprobs - inputs.old_logprobs, torch.zeros_like(inputs.logprobs))
-        ratio = torch.exp(log_ratio)  # [R, L]
+        ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         low, high = 1.0 - self.config.clip_lower, 1.0 + self.config.clip_higher
-        unclipped = ratio * adv
-        clipped = torch.clamp(ratio, low, high) * adv
-        per_token = torch.where(mask, -torch.minimum(unclipped, clipped), torch.zeros_like(unclipped))
-
-        with torch.no_grad():
-            n = mask.sum().clamp(min=1).to(ratio.dtype)
-            clip_low = mask & (ratio < low) & (adv < 0)
-            clip_high = mask & (ratio > high) & (adv > 0)
-            metrics = {
-                "clip_frac_low": clip_low.sum() / n,
-                "clip_frac_high": clip_high.sum() / n,
-                "ratio_mean": torch.where(mask, ratio, torch.zeros_like(ratio)).sum() / n,
-            }
-        return LossOutput(per_token_loss=per_token, metrics=metrics)
+        loss, silenced = clipped_surrogate(ratio, inputs.advantages, low, high, self.config.delta)
+        return LossOutput(per_token_loss=zero_off_mask(loss, mask), metrics=ratio_metrics(ratio, mask, silenced))

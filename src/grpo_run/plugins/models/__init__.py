@@ -1,1 +1,18 @@
-"""Built-in models plugin (registered through the grpo_run entry point 'models')."""
+"""Built-in models plugin (registered through the grpo_run entry point 'models').
+
+Local models that need no download: ``tiny-arithmetic`` (the shipped starting checkpoint of the
+embedded default) and ``tiny-random`` (a randomly initialised tiny Llama, built and cached on
+first use), both with the character tokenizer of :mod:`.char_tokenizer`.
+"""
+
+from __future__ import annotations
+
+from grpo_run import Registrar, hookimpl
+from grpo_run.plugins.models.sources import TinyArithmeticModel, TinyRandomModel
+
+
+@hookimpl
+def grpo_run_register_models(register: Registrar) -> None:
+    """Register ``tiny-arithmetic`` and ``tiny-random``."""
+    register(TinyArithmeticModel)
+    register(TinyRandomModel)

@@ -11,12 +11,14 @@ time of each call by killing the worker process instead.
 Extraction from the completion (non-strict): math-verify's default LaTeX + plain-expression
 extraction, which prefers anchored answers ("final answer is", ``\\boxed{}``, "answer:") and
 otherwise takes the last number or LaTeX expression, so ``"19"`` and ``"I think 19."`` both give 19.
-Strict mode only accepts the content of the last ``\\boxed{...}``.
+When the completion has an ``<answer>...</answer>`` block (R1 format), only the last such block
+is searched. Strict mode only accepts the content of the last ``\\boxed{...}``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from functools import lru_cache
@@ -99,11 +101,16 @@ class MathVerifier:
             boxed = last_boxed(completion)
             predicted = parse(boxed, parsing_timeout=None) if boxed is not None else []
         else:
-            predicted = parse(completion, parsing_timeout=None)
+            # R1-style completions: the answer block, when there is one, is the answer.
+            answer = _ANSWER_BLOCK.findall(completion)
+            predicted = parse(answer[-1] if answer else completion, parsing_timeout=None)
         if not predicted:
             return 0.0, 0.0
         correct = verify(gold_parsed, predicted, timeout_seconds=None)
         return (1.0 if correct else 0.0), 1.0
+
+
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def _gold_text(ground_truth: Any) -> str:

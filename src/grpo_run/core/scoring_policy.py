@@ -1,0 +1,95 @@
+"""How the scorer treats each enabled verifier, read once from its class and config.
+
+The verifier contract (:class:`grpo_run.core.components.Verifier`) lets a verifier be sync or
+async, batched, declare a score range, gate the reward and score every row. This module turns
+those optional class attributes and config fields into one :class:`VerifierPolicy` per verifier,
+so the rest of the runtime never probes a verifier with ``getattr``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+DEFAULT_SCORE_RANGE = (0.0, 1.0)
+DEFAULT_MAX_BATCH_SIZE = 64
+
+
+@attrs.frozen
+class VerifierPolicy:
+    """What the scorer needs to know about one enabled verifier."""
+
+    name: str
+    weight: float
+    gate: bool
+    """``mode = "gate"``: the verifier can replace the row's reward, it never adds to it."""
+    gate_fail_reward: float
+    all_rows: bool
+    """Scores every row, not only the rows that name it."""
+    score_range: tuple[float, float]
+    is_async: bool
+    """Runs on the event loop of the scorer's process instead of a worker process."""
+    batched: bool
+    """Has ``score_batch``: its calls go in batches of at most ``max_batch_size``."""
+    max_batch_size: int
+
+    @property
+    def max_contribution(self) -> float:
+        """The most this verifier adds to a row's reward before ``verification_reward``."""
+        return 0.0 if self.gate else self.weight * self.score_range[1]
+
+
+def score_range_of(cls: type, config: Any) -> tuple[float, float]:
+    """The verifier's declared score range: the config's ``score_range``, else the class's, else [0, 1]."""
+    declared = getattr(config, "score_range", None)
+    if declared is None:
+        declared = getattr(cls, "score_range", DEFAULT_SCORE_RANGE)
+    try:
+        low, high = (float(x) for x in declared)
+    except (TypeError, ValueError):
+        raise ValueError(f"score_range must be a pair of numbers (low, high), got {declared!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"score_range must be finite with low < high, got {declared!r}")
+    return low, high
+
+
+def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
+    """Read a verifier's policy; :class:`ValueError` (naming the verifier) when it is inconsistent."""
+    try:
+        mode = getattr(config, "mode", "additive")
+        if mode not in ("additive", "gate"):
+            raise ValueError(f"mode must be 'additive' or 'gate', got {mode!r}")
+        batch = getattr(cls, "score_batch", None)
+        score = getattr(cls, "score", None)
+        if batch is None and score is None:
+            raise ValueError("has neither score nor score_batch")
+        is_async = inspect.iscoroutinefunction(batch if batch is not None else score)
+        max_batch = int(getattr(cls, "max_batch_size", DEFAULT_MAX_BATCH_SIZE))
+        if max_batch < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch}")
+        return VerifierPolicy(
+            name=name,
+            weight=float(getattr(config, "weight", 1.0)),
+            gate=mode == "gate",
+            gate_fail_reward=float(getattr(config, "gate_fail_reward", 0.0)),
+            all_rows=bool(getattr(config, "all_rows", False)),
+            score_range=score_range_of(cls, config),
+            is_async=is_async,
+            batched=batch is not None,
+            max_batch_size=max_batch,
+        )
+    except ValueError as exc:
+        raise ValueError(f"verifier {name!r}: {exc}") from None
+
+
+def max_possible_score(policies: Mapping[str, VerifierPolicy], verification_reward: float) -> float:
+    """The most a row naming one verifier can score: the best routed additive verifier plus every
+    additive verifier that scores all rows, times ``verification_reward``. (A row naming several
+    verifiers can score more; its own ``ScoredCompletion.max_reward`` is exact.)"""
+    routed = [p.max_contribution for p in policies.values() if not p.all_rows]
+    everywhere = sum(p.max_contribution for p in policies.values() if p.all_rows)
+    return verification_reward * (max(routed, default=0.0) + everywhere)

@@ -1,0 +1,63 @@
+"""The command line: check, --set, exit codes, and no tracebacks for user mistakes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_run.core.cli import main
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "arithmetic.toml"
+
+
+def test_check_valid_example(capsys):
+    assert main(["check", str(EXAMPLE)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_check_reports_every_error_with_key_paths(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        EXAMPLE.read_text()
+        .replace("temperature = 1.0", "temprature = 1.0")
+        .replace('name = "dapo"', 'name = "dapoo"')
+        .replace("lr = 3e-4", "lr = -1.0")
+    )
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml: rollout.temprature: unknown key (did you mean 'temperature'?)" in err
+    assert "loss.name: no loss named 'dapoo' (did you mean 'dapo'?)" in err
+    assert "optim.lr: must be > 0" in err
+    assert "Traceback" not in err
+
+
+def test_set_overrides_are_applied_and_checked(capsys):
+    assert main(["check", str(EXAMPLE), "--set", "rollout.async_steps=2", "--set", "loss.clip_higher=0.3"]) == 0
+    assert main(["check", str(EXAMPLE), "--set", "rollout.response_length=1000"]) == 2
+    err = capsys.readouterr().err
+    assert "pack_length" in err and "response_length" in err
+
+
+def test_missing_file_is_a_clear_error(capsys):
+    assert main(["check", "no/such/config.toml"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_console_script_exit_code_without_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[rollout\nx = 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_run.core.cli", "check", str(bad)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "line 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["train", str(EXAMPLE), "--set", "model.dtype=float64"]])
+def test_train_rejects_bad_config_before_loading_a_model(argv, capsys):
+    assert main(argv) == 2
+    assert "model.dtype" in capsys.readouterr().err

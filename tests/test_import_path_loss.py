@@ -1,0 +1,122 @@
+"""A loss from someone else's package trains like a built-in one: the example of
+docs/write-your-own-loss.md (tests/loss_dist, installed by conftest) used through its entry
+point and by import path, plus import-path names for a module that is no plugin at all.
+
+A randomly initialised model never answers arithmetic, so the runs here are scored by
+``DigitShare`` below (also named by import path: any family resolves ``module:Class``), whose
+reward varies between samples from the first step on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from grpo_run import NoConfig
+from grpo_run.core.cli import main
+from grpo_run.core.config import ConfigError, parse_config
+
+IMPORT_PATH = "grpo_run_example_loss.losses:ReinforceBaselineLoss"
+VERIFIER = "test_import_path_loss:DigitShare"
+
+
+class DigitShare:
+    """Reward = the share of digits in the completion: some signal from any random policy."""
+
+    name = "digit-share"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig) -> None:
+        self.config = config
+
+    def score(self, completion: str, ground_truth: object, row: object) -> float:
+        return sum(c.isdigit() for c in completion) / max(1, len(completion))
+
+
+def write_run(tmp_path: Path, model_dir: Path, loss_table: str, steps: int = 2) -> Path:
+    rows = [
+        {"messages": [{"role": "user", "content": f"{i}+1"}], "ground_truth": str(i + 1), "verifier": VERIFIER}
+        for i in range(12)
+    ]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f"""
+[model]
+name_or_path = "{model_dir}"
+[data]
+train_files = ["{tmp_path / 'train.jsonl'}"]
+max_prompt_token_length = 16
+[rollout]
+num_unique_prompts_rollout = 3
+num_samples_per_prompt_rollout = 4
+response_length = 6
+[algorithm]
+pack_length = 32
+filter_zero_std_samples = false
+[train]
+total_steps = {steps}
+local_eval_every = 0
+[scoring]
+num_workers = 0
+[logging]
+progress = false
+[verifiers."{VERIFIER}"]
+{loss_table}
+""")
+    return cfg
+
+
+@pytest.mark.parametrize("name", ["reinforce-baseline", IMPORT_PATH])
+def test_training_run_with_the_example_loss(tmp_path: Path, tiny_model_dir: Path, name: str) -> None:
+    cfg = write_run(tmp_path, tiny_model_dir, f'[loss]\nname = "{name}"\nmax_ratio = 5.0')
+    out = tmp_path / "out"
+    assert main([str(cfg), "--output-dir", str(out)]) == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    for line in lines:  # the plugin's own metrics, under loss/
+        assert line["loss/ratio_mean"] == 1.0 and line["loss/clip_frac"] == 0.0
+        assert line["optim/grad_norm"] > 0
+    effective = (out / "config.toml").read_text()
+    assert f'name = "{name}"' in effective and "max_ratio = 5.0" in effective
+    before = load_file(tiny_model_dir / "model.safetensors")
+    after = load_file(out / "checkpoints" / "step_2" / "model.safetensors")
+    assert any((before[k] - after[k]).abs().max() > 0 for k in before)
+
+
+def test_plugins_command_lists_the_example_loss(capsys) -> None:
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "reinforce-baseline" in out and "grpo-run-example-loss" in out
+
+
+def test_example_loss_config_is_validated_by_its_own_rules(plugin_host) -> None:
+    data = {"data": {"train_files": ["a.jsonl"]}, "train": {"local_eval_every": 0},
+            "verifiers": {"exact-match": {}}, "loss": {"name": IMPORT_PATH, "max_ratio": 0.5}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, plugin_host.registry, "run.toml")
+    assert [(i.path, i.message) for i in err.value.issues] == [("loss.max_ratio", "must be > 1.0 (got 0.5)")]
+
+
+def test_import_path_to_a_plain_module(tmp_path: Path, monkeypatch, plugin_host) -> None:
+    # A loss in a project's own module: no distribution, no entry point.
+    (tmp_path / "my_project_losses.py").write_text(
+        "import attrs\n"
+        "from grpo_run_example_loss.losses import ReinforceBaselineLoss\n"
+        "class Sharper(ReinforceBaselineLoss):\n"
+        "    name = 'sharper'\n"
+        "    @attrs.frozen\n"
+        "    class Config:\n"
+        "        max_ratio: float = 2.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"data": {"train_files": ["a.jsonl"]}, "train": {"local_eval_every": 0},
+            "verifiers": {"exact-match": {}}, "loss": {"name": "my_project_losses:Sharper", "max_ratio": 3}}
+    cfg = parse_config(data, plugin_host.registry)
+    entry = plugin_host.registry.entry("loss", "my_project_losses:Sharper")
+    assert cfg.loss.config.max_ratio == 3.0 and entry.cls.__name__ == "Sharper"
+    assert entry.distribution == "<module my_project_losses>"
+    loss = entry.cls(cfg.loss.config)
+    assert loss.config.max_ratio == 3.0

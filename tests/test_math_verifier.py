@@ -1,0 +1,165 @@
+"""The ``math`` verifier: real math-verify equivalences, extraction, strict mode, cache, robustness."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import grpo_run.plugins.verifiers.math as math_module
+from grpo_run import VerifierResult
+from grpo_run.core.registry import ComponentRegistry, Registrar
+from grpo_run.plugins.verifiers import grpo_run_register_verifiers
+from grpo_run.plugins.verifiers.math import MathVerifier, MathVerifierConfig, last_boxed, parse_gold
+
+ROW: dict = {"id": "t"}
+
+
+@pytest.fixture(scope="module")
+def verifier() -> MathVerifier:
+    return MathVerifier(MathVerifierConfig(cache_size=0))
+
+
+@pytest.fixture(scope="module")
+def strict() -> MathVerifier:
+    return MathVerifier(MathVerifierConfig(strict=True, cache_size=0))
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("19", "19"),  # a bare number
+        ("I think 19.", "19"),  # the last number of a sentence
+        ("12+7=19", "19"),
+        ("19.0", "19"),
+        ("The answer is 19", "19"),
+        ("the answer is 19.", "19"),
+        ("so x = 19", "19"),
+        ("\\boxed{19}", "19"),
+        ("We get $\\boxed{19}$ apples.", "19"),
+        ("0.5", "\\frac{1}{2}"),
+        ("1/2", "0.5"),
+        ("$\\frac{1}{2}$", "0.5"),
+        ("\\boxed{\\frac{1}{2}}", "1/2"),
+        ("0.333333", "\\frac{1}{3}"),  # numeric comparison rounds to 6 places
+        ("1,000", "1000"),
+        ("\\boxed{x^2}", "x^2"),
+        ("The answer is $x^2$", "x^2"),
+        ("$2\\pi$", "2\\pi"),
+        ("\\boxed{(1,2)}", "(1,2)"),
+        ("$\\{1,2\\}$", "\\{2,1\\}"),
+        ("19", 19),  # numeric ground truths
+        ("0.5", 0.5),
+    ],
+)
+def test_equivalent_answers_score_one(verifier: MathVerifier, completion: str, gold: object) -> None:
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=1.0, metrics={"answer_found": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("18", "19"),
+        ("190", "19"),
+        ("1.9", "19"),
+        ("-19", "19"),
+        ("19.5", "19"),
+        ("0.33", "\\frac{1}{3}"),
+        ("\\boxed{2}", "1/2"),
+        ("$x^3$", "x^2"),
+        ("\\boxed{19} wait, no: \\boxed{18}", "19"),  # the last box counts
+        ("19 apples and 3 pears", "19"),  # the last number counts
+    ],
+)
+def test_different_answers_score_zero(verifier: MathVerifier, completion: str, gold: str) -> None:
+    result = verifier.score(completion, gold, ROW)
+    assert result.score == 0.0
+    assert result.metrics == {"answer_found": 1.0}
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN"],
+)
+def test_garbage_never_raises_and_scores_zero(verifier: MathVerifier, strict: MathVerifier, completion: str) -> None:
+    assert verifier.score(completion, "19", ROW).score == 0.0
+    assert strict.score(completion, "19", ROW).score == 0.0
+
+
+def test_no_answer_found_is_reported(verifier: MathVerifier) -> None:
+    assert verifier.score("no idea", "19", ROW).metrics == {"answer_found": 0.0}
+
+
+def test_strict_only_accepts_the_last_box(strict: MathVerifier) -> None:
+    assert strict.score("The answer is 19", "19", ROW).score == 0.0
+    assert strict.score("19", "19", ROW).score == 0.0
+    assert strict.score("so \\boxed{\\frac{38}{2}}.", "19", ROW).score == 1.0
+    assert strict.score("\\boxed{18} no, \\boxed{19}", "19", ROW).score == 1.0
+    assert strict.score("\\boxed{19} no, \\boxed{18}", "19", ROW).score == 0.0
+
+
+def test_last_boxed_balances_braces() -> None:
+    assert last_boxed("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\boxed{\\frac{1}{2}}"
+    assert last_boxed("\\boxed{\\frac{1}{2}") is None
+    assert last_boxed("nothing") is None
+
+
+def test_gold_is_boxed_so_bare_latex_parses() -> None:
+    # math-verify alone finds nothing in a bare "x^2" and reads "2\\pi" as 2.
+    assert str(parse_gold("x^2")[0]) == "x**2"
+    assert str(parse_gold("2\\pi")[0]) == "2*pi"
+    assert str(parse_gold("$\\frac{1}{2}$")[0]) == "1/2"  # already delimited: used as is
+
+
+def test_bad_ground_truth_raises(verifier: MathVerifier) -> None:
+    with pytest.raises(ValueError, match="cannot parse the ground truth ''"):
+        verifier.score("19", "  ", ROW)
+    with pytest.raises(TypeError, match="string or a number"):
+        verifier.score("19", ["19"], ROW)
+
+
+def test_cache_skips_repeated_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse_gold("19")  # gold parses are cached per process; warm it so only completions count
+    calls = []
+    real_parse = math_module.parse
+    monkeypatch.setattr(math_module, "parse", lambda text, **kw: calls.append(text) or real_parse(text, **kw))
+    cached = MathVerifier(MathVerifierConfig(cache_size=2))
+    for _ in range(3):
+        assert cached.score("The answer is 19", "19", ROW).score == 1.0
+    assert calls == ["The answer is 19"]
+    cached.score("20", "19", ROW)
+    cached.score("21", "19", ROW)  # evicts "The answer is 19" (capacity 2)
+    cached.score("The answer is 19", "19", ROW)
+    assert calls.count("The answer is 19") == 2
+
+
+def test_works_outside_the_main_thread(verifier: MathVerifier) -> None:
+    # math-verify's own signal.alarm timeouts would raise ValueError here; they are off.
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(verifier.score, "The answer is 0.5", "\\frac{1}{2}", ROW).result().score == 1.0
+
+
+def test_pickles_and_validates_config() -> None:
+    verifier = MathVerifier(MathVerifierConfig(weight=2.0, strict=True))
+    clone = pickle.loads(pickle.dumps(verifier))
+    assert clone.config == verifier.config
+    assert clone.score("\\boxed{19}", "19", ROW).score == 1.0
+    with pytest.raises(ValueError):
+        MathVerifierConfig(weight=-1.0)
+    with pytest.raises(TypeError):
+        MathVerifierConfig(strict="yes")
+
+
+def test_registered_by_the_builtin_plugin() -> None:
+    registry = ComponentRegistry()
+    grpo_run_register_verifiers(register=Registrar(registry, "verifier", "grpo-run", "0"))
+    assert registry.get("verifier", "math") is MathVerifier
+
+
+def test_r1_answer_block_is_the_answer():
+    from grpo_run.plugins.verifiers.math import MathVerifier
+
+    v = MathVerifier(MathVerifier.Config())
+    assert v.score("<think>maybe 3, or 7</think><answer>2</answer>", "2", {}).score == 1.0
+    assert v.score("<think>2 is tempting</think><answer>5</answer>", "2", {}).score == 0.0
