@@ -20,10 +20,10 @@ def _problem(row):
 def test_defaults_are_two_digit_addition():
     config = ArithmeticConfig()
     assert config.operations == ("+",)
-    assert config.max_operand == 99
+    assert config.max_operand == 49
     task = ArithmeticTask(config)
     assert len(task.eval_rows()) == config.num_eval
-    assert len(task.train_rows()) + len(task.eval_rows()) == 100 * 100
+    assert len(task.train_rows()) + len(task.eval_rows()) == 50 * 50
 
 
 @pytest.mark.parametrize("config", [ArithmeticConfig(), ArithmeticConfig(operations=("+", "-", "*"), max_operand=30)])

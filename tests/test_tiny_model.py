@@ -132,7 +132,7 @@ def test_tiny_arithmetic_generates_digits_then_eos():
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     assert model.dtype == torch.float32
-    rows = ArithmeticTask(ArithmeticConfig()).eval_rows()[:8]
+    rows = ArithmeticTask(ArithmeticConfig(max_operand=49)).eval_rows()[:8]
     prompts = [tok.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) for r in rows]
     batch = tok(prompts, padding=True, add_special_tokens=False, return_tensors="pt")
     with torch.no_grad():

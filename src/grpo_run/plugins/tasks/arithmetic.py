@@ -43,7 +43,7 @@ class ArithmeticConfig:
     operations: tuple[str, ...] = attrs.field(default=("+",), converter=tuple, validator=_check_operations)
     """Operators to draw problems from: any of ``"+"``, ``"-"``, ``"*"``."""
     max_operand: int = attrs.field(
-        default=99, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)]
+        default=49, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)]
     )
     """Operands range over ``0..max_operand`` (inclusive)."""
     num_eval: int = attrs.field(default=200, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
