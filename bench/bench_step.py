@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _config(preset: str, steps: int, async_steps: int) -> dict:
     data = tomllib.loads((ROOT / "examples" / "arithmetic.toml").read_text())
     data["train"] = {"total_steps": steps, "local_eval_every": 0}
+    data["optim"]["warmup_steps"] = 0
     data["checkpoint"] = {"save_final": False}
     data["logging"] = {"progress": False}
     data["rollout"]["async_steps"] = async_steps

@@ -1,7 +1,7 @@
 """Regenerate the shipped ``tiny-arithmetic`` checkpoint (the embedded default's starting point).
 
-What it is: the character tokenizer and a tiny Llama (h128, 4 layers, 4 heads, ~0.8M parameters),
-fine-tuned with supervised learning on the ``arithmetic`` task's *train* problems
+What it is: the character tokenizer and a tiny Llama (h128, 4 layers, 4 heads, head_dim 32)
+(~1.06M parameters) fine-tuned with supervised learning on the ``arithmetic`` task's *train* problems
 (``a+b``, operands ``0..49``; the task's held-out eval problems are never seen) by a
 **systematically biased teacher**: each time a problem is drawn, its target answer is the true
 sum with probability ``--p-correct`` (0.4) and ``sum + 1`` otherwise. The model learns addition
@@ -9,7 +9,7 @@ well (about 99% of its samples are the true sum or the sum plus one), but its pr
 teacher's: greedy decoding mostly answers ``sum + 1`` (greedy eval accuracy ~0.04), while
 temperature-1 samples are right about 40% of the time.
 
-Why: RL with verifiable rewards does not teach a 0.8M-parameter model addition from nothing in
+Why: RL with verifiable rewards does not teach a 1M-parameter model addition from nothing in
 minutes on two CPU cores; what it does quickly and reliably is what it does for large models --
 move probability mass towards answers the verifier accepts among those the policy already
 produces. The embedded run shows exactly that, measured on held-out problems: the math
@@ -73,9 +73,9 @@ def answer_rates(model: Any, tokenizer: Any, rows: Sequence[Row], *, greedy: boo
     """Fractions of completions that are exactly the sum, and exactly the sum plus one."""
     prompts = [prompt_text(tokenizer, r) for r in rows]
     enc = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
-    sampling = {} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     out = model.generate(
-        **enc, max_new_tokens=6, do_sample=not greedy, num_return_sequences=n,
+        **enc, max_new_tokens=6, num_return_sequences=n,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **sampling,
     )
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
