@@ -96,8 +96,11 @@ class TrainingLoop:
             if self.state.stopping:
                 return
             await self._sync_engine()
-            # A checkpoint after step index-1 must record the state from before this batch was drawn.
-            self._rollout_states[index] = self.parts.rollout_state()
+            # A checkpoint after step index-1 must record the state from before this batch was drawn;
+            # snapshot only where such a checkpoint is due (the copy is not free for big samplers).
+            save_freq = cfg.checkpoint.save_freq
+            if save_freq and (index - 1) % save_freq == 0:
+                self._rollout_states[index] = self.parts.rollout_state()
             task = asyncio.create_task(producer.produce(index), name=f"rollout-{index}")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
