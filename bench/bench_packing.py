@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from grpo_run.core.logprobs import block_causal_mask
-from grpo_run.core.packing import SequenceToPack, pack_sequences
+from grpo_run.core.learner.logprobs import block_causal_mask
+from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
 
 torch.set_num_threads(2)
 

@@ -1,4 +1,4 @@
-"""Scoring throughput through :class:`grpo_run.core.scoring.RewardScorer`.
+"""Scoring throughput through :class:`grpo_run.core.scoring.scorer.RewardScorer`.
 
 Math: batches look like the embedded default's rollouts: 16 arithmetic prompts x 8 samples,
 answers in mixed formats (bare number, "the answer is", boxed, an equation, a wrong number,
@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 import structlog
 
-from grpo_run.core.components import VerifierConfig
-from grpo_run.core.scoring import RewardScorer
+from grpo_run.core.plugins.contracts import VerifierConfig
+from grpo_run.core.scoring.scorer import RewardScorer
 from grpo_run.plugins.verifiers.format import FormatVerifier
 from grpo_run.plugins.verifiers.length import LengthVerifier
 from grpo_run.plugins.verifiers.math import MathVerifier

@@ -39,7 +39,7 @@ def _config(preset: str, steps: int, async_steps: int) -> dict:
 
 
 def _skewed_packing_efficiency(pack_length: int = 512) -> float:
-    from grpo_run.core.packing import SequenceToPack, pack_sequences
+    from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
 
     rng = random.Random(0)
     seqs = []
@@ -58,8 +58,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from grpo_run.core.config import parse_config
-    from grpo_run.core.plugins import build_plugin_host
-    from grpo_run.core.train import train
+    from grpo_run.core.plugins.host import build_plugin_host
+    from grpo_run.core.loop.run import train
 
     host = build_plugin_host()
     if args.preset == "bench-small":

@@ -38,7 +38,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 @pytest.fixture(scope="session")
 def plugin_host():
-    from grpo_run.core.plugins import build_plugin_host
+    from grpo_run.core.plugins.host import build_plugin_host
 
     return build_plugin_host()
 

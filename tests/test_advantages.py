@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grpo_run.core.advantages import group_advantages, nonzero_std_mask
+from grpo_run.core.rollout.advantages import group_advantages, nonzero_std_mask
 
 
 def test_standard_uses_sample_std() -> None:

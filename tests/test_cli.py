@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_run.core.cli import main
+from grpo_run.cli.main import main
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "arithmetic.toml"
 
@@ -50,7 +50,7 @@ def test_console_script_exit_code_without_traceback(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[rollout\nx = 1\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "grpo_run.core.cli", "check", str(bad)], capture_output=True, text=True
+        [sys.executable, "-m", "grpo_run.cli.main", "check", str(bad)], capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert "line 1" in proc.stderr

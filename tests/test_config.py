@@ -23,7 +23,7 @@ from grpo_run.core.config import (
     parse_config,
 )
 from grpo_run.core.errors import PluginError
-from grpo_run.core.registry import ComponentRegistry
+from grpo_run.core.plugins.registry import ComponentRegistry
 
 # ---------------------------------------------------------------------------------------------
 # Dummy components

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_run import EngineContext, SamplingParams
-from grpo_run.core.logprobs import packed_token_logprobs
-from grpo_run.core.packing import SequenceToPack, pack_sequences
+from grpo_run.core.learner.logprobs import packed_token_logprobs
+from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
 
 
 @pytest.fixture(scope="module")

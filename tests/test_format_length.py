@@ -13,7 +13,7 @@ from scoring_helpers import ExactVerifier
 from grpo_run import VerifierConfig
 from grpo_run.core.config.converter import make_converter
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.scoring import RewardScorer, ScoredCompletion
+from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 from grpo_run.plugins.verifiers.format import FormatVerifier, FormatVerifierConfig
 from grpo_run.plugins.verifiers.length import LengthVerifier, LengthVerifierConfig
 from grpo_run.plugins.verifiers.non_stop_penalty import NonStopPenaltyConfig, NonStopPenaltyVerifier

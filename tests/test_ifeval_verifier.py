@@ -15,7 +15,7 @@ import nltk
 import pytest
 
 from grpo_run import VerifierResult
-from grpo_run.core.registry import ComponentRegistry, Registrar
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.plugins.verifiers import grpo_run_register_verifiers
 from grpo_run.plugins.verifiers.ifeval import IFEvalVerifier, IFEvalVerifierConfig
 from grpo_run.plugins.verifiers.ifeval_offline import (

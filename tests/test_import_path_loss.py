@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file
 
 from grpo_run import NoConfig
-from grpo_run.core.cli import main
+from grpo_run.cli.main import main
 from grpo_run.core.config import ConfigError, parse_config
 
 IMPORT_PATH = "grpo_run_example_loss.losses:ReinforceBaselineLoss"

@@ -18,7 +18,7 @@ from cattrs.errors import ClassValidationError
 
 from grpo_run import VerifierResult
 from grpo_run.core.config.converter import make_converter
-from grpo_run.core.registry import ComponentRegistry, Registrar
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.plugins.verifiers import grpo_run_register_verifiers
 from grpo_run.plugins.verifiers.judge import (
     JudgeConfig,
@@ -416,7 +416,7 @@ def test_registered_as_builtin_verifier() -> None:
 
 def test_through_the_reward_scorer_with_its_timeout(server: JudgeServer) -> None:
     """End to end: the scorer runs the judge on its event loop and cancels an overrunning call."""
-    from grpo_run.core.scoring import RewardScorer
+    from grpo_run.core.scoring.scorer import RewardScorer
 
     rows = [{"id": f"r{i}", "prompt": "Q", "ground_truth": "42", "verifier": "judge"} for i in range(3)]
     completions = ["<<score=10>>", "<<score=5>>", "<<score=0>>"]

@@ -17,10 +17,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection, RunConfig
-from grpo_run.core.learner import Learner, token_entropy
-from grpo_run.core.logprobs import block_causal_mask, packed_token_logprobs
-from grpo_run.core.loss_aggregation import LossNormaliser, aggregate
-from grpo_run.core.packing import SequenceToPack, pack_sequences, split_mini_batches
+from grpo_run.core.learner.learner import Learner, token_entropy
+from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
+from grpo_run.core.learner.aggregation import LossNormaliser, aggregate
+from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences, split_mini_batches
 from grpo_run.plugins.kl.k3 import K3KL
 from grpo_run.plugins.losses.dapo import DapoLoss
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_run.core.cli import main
+from grpo_run.cli.main import main
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "arithmetic.toml"
 

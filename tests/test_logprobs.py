@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from grpo_run.core.logprobs import block_causal_mask, packed_token_logprobs, token_logprobs_from_logits
-from grpo_run.core.packing import PackedBatch, SequenceToPack, pack_sequences
+from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs, token_logprobs_from_logits
+from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, pack_sequences
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

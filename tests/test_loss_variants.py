@@ -19,7 +19,7 @@ import torch
 
 from grpo_run import LossInputs
 from grpo_run.core.config.hooks import register_strict_hooks
-from grpo_run.core.loss_aggregation import AGGREGATION_MODES, aggregate
+from grpo_run.core.learner.aggregation import AGGREGATION_MODES, aggregate
 from grpo_run.plugins.losses.cispo import CispoConfig, CispoLoss
 from grpo_run.plugins.losses.dapo import DapoConfig, DapoLoss
 from grpo_run.plugins.losses.dr_grpo import DrGrpoConfig, DrGrpoLoss

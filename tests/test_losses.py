@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_run import LossInputs
-from grpo_run.core.loss_aggregation import aggregate
+from grpo_run.core.learner.aggregation import aggregate
 from grpo_run.plugins.losses.dapo import DapoConfig, DapoLoss
 
 LN = math.log

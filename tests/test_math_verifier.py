@@ -9,7 +9,7 @@ import pytest
 
 import grpo_run.plugins.verifiers.math as math_module
 from grpo_run import VerifierResult
-from grpo_run.core.registry import ComponentRegistry, Registrar
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.plugins.verifiers import grpo_run_register_verifiers
 from grpo_run.plugins.verifiers.math import MathVerifier, MathVerifierConfig, last_boxed, parse_gold
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_learner import make_cfg, make_seqs, params_of, tiny_model
 
-from grpo_run.core.learner import Learner
-from grpo_run.core.logprobs import packed_token_logprobs
-from grpo_run.core.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
-from grpo_run.core.packing import pack_sequences
+from grpo_run.core.learner.learner import Learner
+from grpo_run.core.learner.logprobs import packed_token_logprobs
+from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
+from grpo_run.core.rollout.packing import pack_sequences
 from grpo_run.plugins.losses.dapo import DapoLoss
 
 # One row, two sequences: seq 0 = tokens 1..3, seq 1 = tokens 4..5; position 0 is a prompt token.

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from grpo_run.core.packing import (
+from grpo_run.core.rollout.packing import (
     PackedBatch,
     SequenceToPack,
     first_fit_decreasing,

@@ -6,10 +6,10 @@ import attrs
 import pytest
 
 import grpo_run
-from grpo_run.core.cli import main
+from grpo_run.cli.main import main
 from grpo_run.core.errors import PluginError, UnknownComponentError
-from grpo_run.core.plugins import DISABLE_AUTOLOAD_ENV, build_plugin_host
-from grpo_run.core.registry import ComponentRegistry
+from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV, build_plugin_host
+from grpo_run.core.plugins.registry import ComponentRegistry
 
 BUILTINS = {
     ("verifier", "math"),
@@ -111,7 +111,7 @@ def test_plugins_command_lists_distributions_and_components(capsys):
 
 
 def test_every_hook_is_documented():
-    from grpo_run.core import hookspecs
+    from grpo_run.core.plugins import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("grpo_run_")]
     assert len(hooks) == 11
@@ -125,7 +125,7 @@ def test_every_hook_is_in_the_plugin_docs_with_its_signature():
     import inspect
     from pathlib import Path
 
-    from grpo_run.core import hookspecs
+    from grpo_run.core.plugins import hookspecs
 
     doc = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
     for name in (n for n in dir(hookspecs) if n.startswith("grpo_run_")):

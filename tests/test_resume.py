@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_run import NoConfig
-from grpo_run.core.checkpoint import find_checkpoint, load_trainer_state
-from grpo_run.core.cli import main
+from grpo_run.core.loop.checkpoint import find_checkpoint, load_trainer_state
+from grpo_run.cli.main import main
 from grpo_run.core.errors import UserError
 from grpo_run.plugins.engines.hf import HFEngine
 

@@ -350,7 +350,7 @@ def test_code_runs_as_nobody_without_privileges():
 def test_scorer_survives_hostile_programs():
     """Through the real scoring runtime: attacks on every signalable process leave the worker
     (same pid) and this process alive, and the good row still scores."""
-    from grpo_run.core.scoring import RewardScorer
+    from grpo_run.core.scoring.scorer import RewardScorer
 
     rows = [{"id": i, "verifier": "code", "ground_truth": json.dumps(TESTS)} for i in range(4)]
     programs = [fenced(HOSTILE[name]) for name in ("kill_everything", "orphaned_background", "early_exit")] + [GOOD]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from scoring_helpers import ExactVerifier, MisbehavingVerifier
 
-from grpo_run.core.registry import ComponentRegistry
-from grpo_run.core.score_command import add_score_parser, run_score_command
+from grpo_run.core.plugins.registry import ComponentRegistry
+from grpo_run.cli.score import add_score_parser, run_score_command
 from grpo_run.plugins.verifiers.format import FormatVerifier
 from grpo_run.plugins.verifiers.length import LengthVerifier
 

@@ -18,7 +18,7 @@ import structlog
 from scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
 
 from grpo_run import VerifierConfig
-from grpo_run.core.scoring import RewardScorer, ScoredCompletion
+from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 from grpo_run.plugins.verifiers.math import MathVerifier
 
 SPECS = {

@@ -17,11 +17,11 @@ import structlog
 from scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
 
 from grpo_run import VerifierConfig, VerifierResult
-from grpo_run.core.components import ShapingVerifierConfig
+from grpo_run.core.plugins.contracts import ShapingVerifierConfig
 from grpo_run.core.config.invariants import some_reward_enabled
 from grpo_run.core.config.schema import RunConfig, ScoringSection
 from grpo_run.core.errors import RunError
-from grpo_run.core.scoring import RewardScorer, ScoredCompletion
+from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 
 CANCELLED: list[str] = []
 """Completions whose async call was cancelled (the verifiers run in this process)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
-from grpo_run.core.cli import main
+from grpo_run.cli.main import main
 
 
 def _write_rows(path: Path, n: int, verifier: str) -> None:

@@ -4,7 +4,7 @@ The public API for plugin authors: the hook markers, the component contracts and
 components exchange. Everything under ``grpo_run.core`` that is not re-exported here is internal.
 """
 
-from grpo_run.core.components import (
+from grpo_run.core.plugins.contracts import (
     FINISH_REASON_KEY,
     NUM_TOKENS_KEY,
     Completion,
@@ -25,8 +25,8 @@ from grpo_run.core.components import (
     VerifierConfig,
     VerifierResult,
 )
-from grpo_run.core.hookspecs import hookimpl, hookspec
-from grpo_run.core.registry import Registrar
+from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
+from grpo_run.core.plugins.registry import Registrar
 
 __version__ = "0.1.0"
 

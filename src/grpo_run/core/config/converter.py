@@ -20,7 +20,7 @@ from grpo_run.core.config.formatting import describe_value, unknown_key_error, w
 from grpo_run.core.config.hooks import register_strict_hooks, structure_attrs
 from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig
 from grpo_run.core.errors import UnknownComponentError
-from grpo_run.core.registry import ComponentRegistry
+from grpo_run.core.plugins.registry import ComponentRegistry
 
 SLOT_FAMILIES: dict[str, str] = {"loss": "loss", "kl": "kl", "sampler": "sampler", "engine": "engine", "task": "task"}
 """``RunConfig`` field -> component family, for slots holding one chosen component."""

@@ -18,7 +18,7 @@ from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
 from grpo_run.core.config.dumping import toml_key
 from grpo_run.core.errors import UserError
-from grpo_run.core.registry import did_you_mean
+from grpo_run.core.plugins.registry import did_you_mean
 
 _TOML_TYPES: tuple[tuple[type, str], ...] = (
     (bool, "boolean"),

@@ -26,7 +26,7 @@ from cattrs.errors import ClassValidationError, IterableValidationError
 
 from grpo_run.core.config.formatting import MissingKeyError, describe_value, unknown_key_error, with_key
 from grpo_run.core.errors import PluginError
-from grpo_run.core.registry import did_you_mean
+from grpo_run.core.plugins.registry import did_you_mean
 
 _SEQUENCE_ORIGINS = (tuple, list, collections.abc.Sequence)
 _MAPPING_ORIGINS = (dict, collections.abc.Mapping)

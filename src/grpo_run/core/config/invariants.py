@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.registry import did_you_mean
+from grpo_run.core.plugins.registry import did_you_mean
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
 

@@ -23,7 +23,7 @@ from grpo_run.core.config.formatting import (
 )
 from grpo_run.core.config.invariants import check_invariants
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.registry import ComponentRegistry
+from grpo_run.core.plugins.registry import ComponentRegistry
 
 OVERRIDE_SOURCE = "--set"
 _TOML_POSITION = re.compile(r"^(?P<what>.*) \(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)

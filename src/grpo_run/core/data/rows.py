@@ -17,7 +17,7 @@ import attrs
 
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
-from grpo_run.core.registry import ComponentRegistry
+from grpo_run.core.plugins.registry import ComponentRegistry
 
 Row = Mapping[str, Any]
 

@@ -2,8 +2,8 @@
 
 It owns the trainable policy, the optional reference model, the optimizer and the LR schedule.
 The loss and KL estimator are plugin objects; this module computes log-probs, combines the
-per-token terms, aggregates (:mod:`grpo_run.core.loss_aggregation`) and steps. Off-policy pieces
-(mismatch correction, KL in the reward, Polyak reference) live in :mod:`grpo_run.core.offpolicy`.
+per-token terms, aggregates (:mod:`grpo_run.core.learner.aggregation`) and steps. Off-policy pieces
+(mismatch correction, KL in the reward, Polyak reference) live in :mod:`grpo_run.core.learner.offpolicy`.
 
 One learner step on a rollout batch:
 
@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from grpo_run.core.components import LossInputs
+from grpo_run.core.plugins.contracts import LossInputs
 from grpo_run.core.config.schema import OptimSection, RunConfig
-from grpo_run.core.logprobs import block_causal_mask, packed_token_logprobs
-from grpo_run.core.loss_aggregation import LossNormaliser
-from grpo_run.core.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
-from grpo_run.core.packing import PackedBatch, SequenceToPack, split_mini_batches
+from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
+from grpo_run.core.learner.aggregation import LossNormaliser
+from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
+from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, split_mini_batches
 
 
 def lr_lambda(optim: OptimSection, total_steps: int):

@@ -13,7 +13,7 @@ process, records a timeout for each of its calls and re-sends the rest of the ch
 worker (units already finished in the killed worker are run again: they were never sent back).
 
 :func:`run_unit` and :func:`outcome_of` are shared with the async runner
-(:mod:`grpo_run.core.scoring_async`), so both paths judge results the same way.
+(:mod:`grpo_run.core.scoring.async_verifiers`), so both paths judge results the same way.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.components import VerifierResult
+from grpo_run.core.plugins.contracts import VerifierResult
 from grpo_run.core.errors import RunError
-from grpo_run.core.scoring_policy import VerifierPolicy, verifier_policy
+from grpo_run.core.scoring.policy import VerifierPolicy, verifier_policy
 
 VerifierSpecs = Mapping[str, tuple[type, Any]]
 """Enabled verifiers: name -> (component class, its config instance)."""
@@ -75,7 +75,7 @@ def build_verifiers(specs: VerifierSpecs) -> dict[str, Any]:
 
 
 def build_policies(specs: VerifierSpecs) -> dict[str, VerifierPolicy]:
-    """How each verifier in ``specs`` is run and combined (see :mod:`grpo_run.core.scoring_policy`)."""
+    """How each verifier in ``specs`` is run and combined (see :mod:`grpo_run.core.scoring.policy`)."""
     return {name: verifier_policy(name, cls, config) for name, (cls, config) in specs.items()}
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from grpo_run.core.registry import Registrar
+    from grpo_run.core.plugins.registry import Registrar
 
 PROJECT_NAME = "grpo_run"
 

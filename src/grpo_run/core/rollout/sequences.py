@@ -9,10 +9,10 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.advantages import group_advantages, nonzero_std_mask
-from grpo_run.core.components import Completion
+from grpo_run.core.rollout.advantages import group_advantages, nonzero_std_mask
+from grpo_run.core.plugins.contracts import Completion
 from grpo_run.core.config.schema import AlgorithmSection
-from grpo_run.core.packing import SequenceToPack
+from grpo_run.core.rollout.packing import SequenceToPack
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo_run.core.errors import RunError, UserError
-from grpo_run.core.score_command import add_score_parser, run_score_command
+from grpo_run.cli.score import add_score_parser, run_score_command
 
 COMMANDS = ("train", "check", "plugins", "score")
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from grpo_run.core.plugins import build_plugin_host
+    from grpo_run.core.plugins.host import build_plugin_host
 
     host = build_plugin_host()
     if args.command == "plugins":
@@ -74,8 +74,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         print(f"{args.config}: ok")
         return 0
-    from grpo_run.core.checkpoint import find_checkpoint
-    from grpo_run.core.train import default_run_dir, run_dir_of_checkpoint, train
+    from grpo_run.core.loop.checkpoint import find_checkpoint
+    from grpo_run.core.loop.run import default_run_dir, run_dir_of_checkpoint, train
 
     resumed_run = run_dir_of_checkpoint(find_checkpoint(args.resume)) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)

@@ -2,7 +2,7 @@
 
 The scorer hands over *units* (one call, or a batch for a batched verifier); they are grouped into
 chunks of about ``chunk_size`` calls, and one thread per worker drains the chunk queue through its
-worker (:class:`~grpo_run.core.scoring_workers.WorkerProcess`). Several :meth:`SyncVerifiers.run`
+worker (:class:`~grpo_run.core.scoring.workers.WorkerProcess`). Several :meth:`SyncVerifiers.run`
 calls may be in flight at once: each thread holds at most one worker and gives it back when its
 queue is empty, so calls share the workers without deadlock. With ``num_workers = 0`` units run
 in one thread of this process (no time limit).
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from grpo_run.core.scoring_policy import VerifierPolicy
-from grpo_run.core.scoring_workers import CallOutcome, Unit, VerifierSpecs, WorkerProcess, build_verifiers, run_units
+from grpo_run.core.scoring.policy import VerifierPolicy
+from grpo_run.core.scoring.workers import CallOutcome, Unit, VerifierSpecs, WorkerProcess, build_verifiers, run_units
 
 MAX_CHUNK = 64
 """Most calls sent to a worker in one message."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from grpo_run.core.checkpoint import (
+from grpo_run.core.loop.checkpoint import (
     find_checkpoint,
     load_trainer_state,
     restore_rng_state,
@@ -31,11 +31,11 @@ from grpo_run.core.checkpoint import (
 from grpo_run.core.config import dump_config_toml
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
-from grpo_run.core.loop import TrainingLoop
-from grpo_run.core.plugins import PluginHost
-from grpo_run.core.progress import RunProgress
+from grpo_run.core.loop.scheduler import TrainingLoop
+from grpo_run.core.plugins.host import PluginHost
+from grpo_run.core.loop.progress import RunProgress
 from grpo_run.core.runlog import configure_run_logging, get_logger
-from grpo_run.core.setup import RunParts, build_run
+from grpo_run.core.loop.build import RunParts, build_run
 
 
 def default_run_dir(cfg: RunConfig) -> Path:

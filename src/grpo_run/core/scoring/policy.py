@@ -1,6 +1,6 @@
 """How the scorer treats each enabled verifier, read once from its class and config.
 
-The verifier contract (:class:`grpo_run.core.components.Verifier`) lets a verifier be sync or
+The verifier contract (:class:`grpo_run.core.plugins.contracts.Verifier`) lets a verifier be sync or
 async, batched, declare a score range, gate the reward and score every row. This module turns
 those optional class attributes and config fields into one :class:`VerifierPolicy` per verifier,
 so the rest of the runtime never probes a verifier with ``getattr``.

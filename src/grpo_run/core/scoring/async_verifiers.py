@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 
 from grpo_run.core.errors import RunError
-from grpo_run.core.scoring_policy import VerifierPolicy
-from grpo_run.core.scoring_workers import (
+from grpo_run.core.scoring.policy import VerifierPolicy
+from grpo_run.core.scoring.workers import (
     CallOutcome,
     Unit,
     VerifierSpecs,

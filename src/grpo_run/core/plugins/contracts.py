@@ -7,7 +7,7 @@ A component is a plain class with two class attributes:
   structured into it (minus the ``name`` key) and the instance is passed to the constructor.
 
 Plugins register component classes through the ``grpo_run_register_*`` hooks
-(:mod:`grpo_run.core.hookspecs`). The hot loop then calls the constructed objects directly.
+(:mod:`grpo_run.core.plugins.hookspecs`). The hot loop then calls the constructed objects directly.
 The protocols below are the contracts; components need not inherit from anything.
 """
 

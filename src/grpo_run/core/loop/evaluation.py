@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grpo_run.core.components import SamplingParams
+from grpo_run.core.plugins.contracts import SamplingParams
 
 if TYPE_CHECKING:
-    from grpo_run.core.setup import RunParts
+    from grpo_run.core.loop.build import RunParts
 
 
 async def evaluate(parts: RunParts, step: int) -> dict[str, float]:

@@ -1,9 +1,9 @@
 """Pack prompt+completion sequences into learner rows (first-fit decreasing).
 
 Every sequence keeps its own ``position_ids`` (restarting at 0) and its own ``seq_ids`` value, so
-the learner can stop sequences attending to each other (see :mod:`grpo_run.core.logprobs`).
+the learner can stop sequences attending to each other (see :mod:`grpo_run.core.learner.logprobs`).
 
-Alignment convention, shared with :func:`grpo_run.core.logprobs.packed_token_logprobs`: the value
+Alignment convention, shared with :func:`grpo_run.core.learner.logprobs.packed_token_logprobs`: the value
 at position ``t`` of a per-token tensor belongs to the token ``input_ids[t]`` -- for log-probs, it is
 ``log p(input_ids[t] | earlier tokens of the same sequence)``, computed from the logits at ``t - 1``.
 So completion token ``k`` of a sequence sits at ``start + len(prompt_ids) + k`` in its row, and

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 import pluggy
 
-from grpo_run.core import hookspecs
+from grpo_run.core.plugins import hookspecs
 from grpo_run.core.errors import PluginError
-from grpo_run.core.registry import ComponentRegistry, Registrar
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 
 ENTRY_POINT_GROUP = "grpo_run"
 OWN_DISTRIBUTION = "grpo-run"

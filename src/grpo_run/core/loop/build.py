@@ -10,14 +10,14 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.components import EngineContext
+from grpo_run.core.plugins.contracts import EngineContext
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.data import PromptEncoder, PromptSet, check_row_verifiers, load_prompt_set
+from grpo_run.core.data.rows import PromptEncoder, PromptSet, check_row_verifiers, load_prompt_set
 from grpo_run.core.errors import UserError
-from grpo_run.core.learner import Learner
-from grpo_run.core.plugins import PluginHost
+from grpo_run.core.learner.learner import Learner
+from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.runlog import get_logger
-from grpo_run.core.scoring import RewardScorer
+from grpo_run.core.scoring.scorer import RewardScorer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from grpo_run.core.packing import PackedBatch
+from grpo_run.core.rollout.packing import PackedBatch
 
 
 def block_causal_mask(seq_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

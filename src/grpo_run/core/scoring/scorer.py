@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
-from grpo_run.core.components import FINISH_REASON_KEY, NUM_TOKENS_KEY
-from grpo_run.core.scoring_async import AsyncVerifiers
-from grpo_run.core.scoring_metrics import ErrorRateGuard, ScoringMetrics
-from grpo_run.core.scoring_policy import VerifierPolicy, max_possible_score
-from grpo_run.core.scoring_sync import SyncVerifiers
-from grpo_run.core.scoring_workers import CallOutcome, VerifierCall, VerifierSpecs, build_policies
+from grpo_run.core.plugins.contracts import FINISH_REASON_KEY, NUM_TOKENS_KEY
+from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
+from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
+from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
+from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
+from grpo_run.core.scoring.workers import CallOutcome, VerifierCall, VerifierSpecs, build_policies
 
 if TYPE_CHECKING:
     from grpo_run.core.config.schema import ScoringSection

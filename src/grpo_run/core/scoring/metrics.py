@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from grpo_run.core.errors import RunError
-from grpo_run.core.scoring_workers import CallOutcome
+from grpo_run.core.scoring.workers import CallOutcome
 
 STANDARD_KEYS = (
     "calls",

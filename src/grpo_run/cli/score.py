@@ -38,8 +38,8 @@ from grpo_run.core.config.formatting import ConfigError, ConfigIssue, issues_fro
 from grpo_run.core.config.loading import read_toml
 from grpo_run.core.config.schema import ScoringSection
 from grpo_run.core.errors import UnknownComponentError, UserError
-from grpo_run.core.registry import ComponentRegistry
-from grpo_run.core.scoring import RewardScorer, ScoredCompletion
+from grpo_run.core.plugins.registry import ComponentRegistry
+from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 
 REQUIRED_FIELDS = ("completion", "ground_truth", "verifier")
 """Fields every input row needs, besides ``prompt`` or ``messages``."""

@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.evaluation import evaluate
-from grpo_run.core.producer import RolloutProducer
-from grpo_run.core.rollout import build_sequences
+from grpo_run.core.loop.evaluation import evaluate
+from grpo_run.core.rollout.producer import RolloutProducer
+from grpo_run.core.rollout.sequences import build_sequences
 from grpo_run.core.runlog import get_logger
-from grpo_run.core.setup import RunParts
+from grpo_run.core.loop.build import RunParts
 
 _END = None  # queue sentinel
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grpo_run.core.components import Completion, SamplingParams
-from grpo_run.core.rollout import RolloutBatch, RolloutGroup
+from grpo_run.core.plugins.contracts import Completion, SamplingParams
+from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup
 from grpo_run.core.runlog import get_logger
-from grpo_run.core.setup import RunParts
+from grpo_run.core.loop.build import RunParts
 
 MAX_REFILL_ROUNDS = 8
 """Active sampling: draw at most this many extra rounds before training on what there is."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.components import FAMILIES
+from grpo_run.core.plugins.contracts import FAMILIES
 from grpo_run.core.errors import PluginError, UnknownComponentError
 
 
