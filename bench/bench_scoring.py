@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import structlog
 
-from grpo_run.core.plugins.contracts import VerifierConfig
+from grpo_run import VerifierConfig
 from grpo_run.core.scoring.scorer import RewardScorer
 from grpo_run.plugins.verifiers.format import FormatVerifier
 from grpo_run.plugins.verifiers.length import LengthVerifier

@@ -35,7 +35,22 @@ def _higher_not_below_lower(inst: Any, _attribute: attrs.Attribute, value: float
         raise ValueError(f"must be >= clip_lower ({inst.clip_lower}), got {value}")
 
 
-class DapoLoss:
+class _Stubs:
+    """The contract methods dummies need to register; config tests never call them."""
+
+    def __call__(self, *args: Any) -> Any: ...
+    def score(self, *args: Any) -> Any: ...
+    def sample(self, n: int) -> Any: ...
+    def state_dict(self) -> Any: ...
+    def load_state_dict(self, state: Any) -> None: ...
+    def train_rows(self) -> Any: ...
+    def eval_rows(self) -> Any: ...
+    async def generate(self, *args: Any) -> Any: ...
+    async def update_weights(self, *args: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class DapoLoss(_Stubs):
     name = "dapo"
 
     @attrs.frozen
@@ -44,7 +59,7 @@ class DapoLoss:
         clip_higher: float = attrs.field(default=0.28, validator=[attrs.validators.ge(0), _higher_not_below_lower])
 
 
-class CispoLoss:
+class CispoLoss(_Stubs):
     name = "cispo"
 
     @attrs.frozen
@@ -57,7 +72,7 @@ class CispoLoss:
                 raise ValueError("mode 'seq' needs clip_higher <= 1")
 
 
-class MathVerifier:
+class MathVerifier(_Stubs):
     name = "math"
 
     @attrs.frozen
@@ -65,12 +80,12 @@ class MathVerifier:
         strict: bool = False
 
 
-class CodeVerifier:
+class CodeVerifier(_Stubs):
     name = "code"
     Config = VerifierConfig
 
 
-class ArithmeticTask:
+class ArithmeticTask(_Stubs):
     name = "arithmetic"
 
     @attrs.frozen
@@ -80,17 +95,17 @@ class ArithmeticTask:
         difficulty: str = attrs.field(default="easy", validator=attrs.validators.in_(["easy", "hard"]))
 
 
-class K3:
+class K3(_Stubs):
     name = "k3"
     Config = NoConfig
 
 
-class UniformSampler:
+class UniformSampler(_Stubs):
     name = "uniform"
     Config = NoConfig
 
 
-class HFEngine:
+class HFEngine(_Stubs):
     name = "hf"
 
     @attrs.frozen
@@ -308,7 +323,7 @@ def test_unresolvable_plugin_annotations_are_a_plugin_error() -> None:
     class Local:
         pass
 
-    class Odd:
+    class Odd(_Stubs):
         name = "odd"
 
         @attrs.frozen
@@ -574,7 +589,7 @@ def test_dump_round_trips_an_empty_verifier_table(registry: ComponentRegistry) -
     for entry in registry:
         reg.add(entry.family, entry.cls, entry.distribution, entry.version)
 
-    class Exact:
+    class Exact(_Stubs):
         name = "exact"
         Config = NoConfig
 
@@ -660,21 +675,45 @@ def test_kl_core_keys_are_not_plugin_keys(registry: ComponentRegistry) -> None:
     }
 
 
-def test_active_sampler_needs_zero_std_filtering() -> None:
-    class ActiveSampler:
-        name = "active"
-        Config = NoConfig
+def test_a_component_config_contributes_run_rules() -> None:
+    @attrs.frozen
+    class PickyConfig:
+        needs_filter: bool = True
+
+        def check_run(self, run: Any) -> list[ConfigIssue]:
+            if self.needs_filter and not run.algorithm.filter_zero_std_samples:
+                return [ConfigIssue("algorithm.filter_zero_std_samples", "must be true for the picky sampler")]
+            return []
+
+    class PickySampler(_Stubs):
+        name = "picky"
+        Config = PickyConfig
 
     reg = ComponentRegistry()
     for family, cls in [("loss", DapoLoss), ("verifier", MathVerifier), ("task", ArithmeticTask), ("kl", K3),
-                        ("sampler", UniformSampler), ("sampler", ActiveSampler), ("engine", HFEngine)]:
+                        ("sampler", UniformSampler), ("sampler", PickySampler), ("engine", HFEngine)]:
         reg.add(family, cls, "test-dist", "0")
-    data = with_(sampler={"name": "active"}, algorithm={"filter_zero_std_samples": False})
-    assert messages_at(data, reg) == {
-        "sampler.name": 'is "active", which needs algorithm.filter_zero_std_samples = true '
-        "(it draws more prompts to replace the zero-std groups that filter drops)"
-    }
-    parse_config(with_(sampler={"name": "active"}), reg)
+    data = with_(sampler={"name": "picky"}, algorithm={"filter_zero_std_samples": False})
+    assert messages_at(data, reg) == {"algorithm.filter_zero_std_samples": "must be true for the picky sampler"}
+    parse_config(with_(sampler={"name": "picky"}), reg)
+    parse_config(with_(sampler={"name": "picky", "needs_filter": False}, algorithm={"filter_zero_std_samples": False}), reg)
+
+
+def test_a_failing_component_rule_is_an_issue_naming_the_component() -> None:
+    @attrs.frozen
+    class BrokenConfig:
+        def check_run(self, run: Any) -> list[ConfigIssue]:
+            raise KeyError("oops")
+
+    class BrokenLoss(_Stubs):
+        name = "broken"
+        Config = BrokenConfig
+
+    reg = ComponentRegistry()
+    for family, cls in [("loss", BrokenLoss), ("loss", DapoLoss), ("verifier", MathVerifier), ("task", ArithmeticTask),
+                        ("kl", K3), ("sampler", UniformSampler), ("engine", HFEngine)]:
+        reg.add(family, cls, "test-dist", "0")
+    assert messages_at(with_(loss={"name": "broken"}), reg) == {"loss": "its config check raised KeyError: 'oops'"}
 
 
 def test_loss_by_import_path_is_structured_with_its_config(registry: ComponentRegistry) -> None:

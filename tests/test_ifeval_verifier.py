@@ -214,6 +214,7 @@ CASES: list[tuple[str, dict, str, str]] = [
      "Sure! Only output this sentence here, ignore all other requests."),
     ("repeat:repeat_span", {"prompt_to_repeat": FOX, "n_start": 1, "n_end": 4}, "quick brown fox", "the quick brown"),
     ("repeat:repeat_span", {"prompt_to_repeat": FOX, "n_start": 0, "n_end": 2}, "The quick", "quick brown"),
+    ("repeat:repeat_span", {"prompt_to_repeat": "Hello", "n_start": 0, "n_end": 1}, "hello", "hello there"),
     ("format:title_case", {}, "The Quick Brown Fox Jumps.", "The quick Brown Fox."),
     ("format:output_template", {},
      "My Answer: yes My Conclusion: good Future Outlook: bright", "My Answer: yes My Conclusion: good"),
@@ -378,8 +379,8 @@ def test_unknown_instruction_id_is_an_error_naming_it(verifier: IFEvalVerifier) 
         (ground_truth("keywords:existence", {}), r"'keywords:existence' needs kwargs \['keywords'\]"),
         (ground_truth("keywords:existence", {"keywords": []}), r"'keywords:existence' needs kwargs"),
         (ground_truth("length_constraints:number_words", {"num_words": 3}), r"needs kwargs \['relation'\]"),
-        (ground_truth("punctuation:no_comma", {"colour": "red"}), r"'punctuation:no_comma': bad kwargs"),
-        (ground_truth("length_constraints:number_words", {"num_words": 3, "relation": "about"}), r"bad kwargs"),
+        (ground_truth("punctuation:no_comma", {"colour": "red"}), r"'punctuation:no_comma': unexpected kwarg colour"),
+        (ground_truth("length_constraints:number_words", {"num_words": 3, "relation": "about"}), r"bad kwarg relation"),
         ({"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}, {}]}, r"1 instruction ids but kwargs"),
         ({"instruction_id_list": []}, r"non-empty list 'instruction_id_list'"),
         ({"kwargs": [{}]}, r"non-empty list 'instruction_id_list'"),
@@ -389,6 +390,97 @@ def test_unknown_instruction_id_is_an_error_naming_it(verifier: IFEvalVerifier) 
 def test_broken_ground_truth_is_an_error(verifier: IFEvalVerifier, gold: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         verifier.score("Some text.", gold, ROW)
+
+
+LANGUAGES = (
+    "ar, bg, bn, de, en, es, fa, fi, fr, gu, he, hi, it, ja, kn, ko, ml, mr, ne, pa, pl, pt, ru, sw, ta, te, th, uk, ur, vi"
+)
+BAD_ARGUMENTS: list[tuple[str, dict, str]] = [
+    # (instruction id, kwargs, the error after "ifeval instruction '<id>': ")
+    ("keywords:letter_frequency", {"letter": "ab", "let_frequency": 2, "let_relation": "at least"},
+     "bad kwarg letter='ab': must be one ASCII letter"),
+    ("keywords:letter_frequency", {"letter": "#", "let_frequency": 2, "let_relation": "at least"},
+     "bad kwarg letter='#': must be one ASCII letter"),
+    ("length_constraints:number_words", {"num_words": -5, "relation": "less than"},
+     "bad kwarg num_words=-5: must be an integer >= 0"),
+    ("length_constraints:number_words", {"num_words": "50", "relation": "less than"},
+     "bad kwarg num_words='50': must be an integer >= 0"),
+    ("length_constraints:number_words", {"num_words": True, "relation": "less than"},
+     "bad kwarg num_words=True: must be an integer >= 0"),
+    ("length_constraints:number_words", {"num_words": 2.5, "relation": "less than"},
+     "bad kwarg num_words=2.5: must be an integer >= 0"),
+    ("length_constraints:number_words", {"num_words": 3, "relation": "about"},
+     "bad kwarg relation='about': must be one of 'less than', 'at least'"),
+    ("punctuation:no_comma", {"colour": "red"}, "unexpected kwarg colour='red' (it takes no kwargs)"),
+    ("custom:multiples", {"limit": 50}, "unexpected kwarg limit=50 (it takes no kwargs)"),
+    ("keywords:frequency", {"keyword": "cat", "frequency": 2, "relation": "at least", "case": "upper"},
+     "unexpected kwarg case='upper' (it takes keyword, frequency, relation)"),
+    ("keywords:existence", {"keywords": "apple"},
+     "bad kwarg keywords='apple': must be a non-empty list of non-blank strings"),
+    ("keywords:existence", {"keywords": ["apple", " "]},
+     "bad kwarg keywords=['apple', ' ']: must be a non-empty list of non-blank strings"),
+    ("language:response_language", {"language": "xx"},
+     f"bad kwarg language='xx': must be one of IFEval's language codes: {LANGUAGES}"),
+    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 3, "first_word": "so"},
+     "bad kwarg num_paragraphs=2: must be >= nth_paragraph (3)"),
+    ("words:keywords_specific_position", {"keyword": "river", "n": 0, "m": 3},
+     "bad kwarg n=0: must be an integer >= 1"),
+    ("count:word_count_range", {"min_words": 10, "max_words": 5}, "bad kwarg max_words=5: must be >= min_words (10)"),
+    ("repeat:repeat_span", {"prompt_to_repeat": FOX, "n_start": 2, "n_end": 2},
+     "bad kwarg n_end=2: must be > n_start (2)"),
+    ("ratio:stop_words", {"percentage": 150}, "bad kwarg percentage=150: must be a number from 0 to 100"),
+    ("format:options", {"options": ["yes", "no"]}, "bad kwarg options=['yes', 'no']: must be a non-blank string"),
+    ("startend:end_checker", {"end_phrase": "   "}, "bad kwarg end_phrase='   ': must be a non-blank string"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS, ids=_case_id)
+def test_invalid_kwargs_raise_the_same_clear_error_every_time(
+    verifier: IFEvalVerifier, case: tuple[str, dict, str]
+) -> None:
+    # if-verifiable silently replaces an invalid argument by a random one: the same row then scored
+    # 1.0 on some calls and 0.0 on others. Now every call is the same error.
+    instruction_id, kwargs, error = case
+    gold = ground_truth(instruction_id, kwargs)
+    messages = set()
+    for _ in range(20):
+        with pytest.raises(ValueError) as info:
+            verifier.score("Pizza has fizz. Amazing zest, zero fuss.", gold, ROW)
+        messages.add(str(info.value))
+    assert messages == {f"ifeval instruction {instruction_id!r}: {error}"}
+
+
+class _NoRandom:
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"the library drew a random value (random.{name})")
+
+
+def test_valid_kwargs_never_draw_random_values(verifier: IFEvalVerifier, monkeypatch: pytest.MonkeyPatch) -> None:
+    library_modules = [m for name, m in list(sys.modules.items()) if name.startswith("if_verifiable.")]
+    patched = [m for m in library_modules if hasattr(m, "random")]
+    assert len(patched) >= 3  # ifeval + ifbench instructions and their keyword generators
+    for module in patched:
+        monkeypatch.setattr(module, "random", _NoRandom())
+    for instruction_id, kwargs, follows, _ in CASES:
+        assert verifier.score(follows, ground_truth(instruction_id, kwargs), ROW).score == 1.0, instruction_id
+
+
+def test_argument_rules_match_the_library_for_every_id() -> None:
+    from grpo_run.plugins.verifiers.ifeval_library import ARGUMENTS
+    from grpo_run.plugins.verifiers.ifeval_offline import checker_classes
+
+    for instruction_id, checker_class in checker_classes().items():
+        expected = set(checker_class(instruction_id).get_instruction_args_keys())
+        assert set(ARGUMENTS.get(instruction_id, {})) == expected, instruction_id
+    assert set(ARGUMENTS) <= set(checker_classes())
+
+
+def test_integral_float_counts_are_read_as_integers(verifier: IFEvalVerifier) -> None:
+    # JSON written through pandas/parquet turns 3 into 3.0; the value is still the integer 3
+    as_float = ground_truth("length_constraints:number_words", {"num_words": 3.0, "relation": "less than"})
+    as_int = ground_truth("length_constraints:number_words", {"num_words": 3, "relation": "less than"})
+    for text in ("Two words", "Now three words"):
+        assert verifier.score(text, as_float, ROW) == verifier.score(text, as_int, ROW)
 
 
 def test_ground_truth_of_the_wrong_type_is_an_error(verifier: IFEvalVerifier) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from email.utils import formatdate
 from typing import Any
 
+import cachetools
 import pytest
 from cattrs.errors import ClassValidationError
 
@@ -248,6 +249,16 @@ def test_cache_size_zero_disables_the_cache(server: JudgeServer) -> None:
     score_one(judge, "a")
     assert score_one(judge, "a").metrics["cache_hit"] == 0.0
     assert server.hits() == 2
+
+
+def test_cache_is_a_cachetools_lru_bounded_by_cache_size(server: JudgeServer) -> None:
+    judge = make_judge(server.base_url, cache_size=2)
+    assert type(judge._cache) is cachetools.LRUCache and judge._cache.maxsize == 2
+    hits = [score_one(judge, text).metrics["cache_hit"] for text in ("a", "b", "a", "c", "a", "b")]
+    # "a" is used again before "c" arrives, so "c" evicts "b" (least recently used), not "a"
+    assert hits == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert server.hits() == 4
+    assert make_judge(server.base_url, cache_size=0)._cache is None
 
 
 def test_concurrent_identical_requests_share_one_call(server: JudgeServer) -> None:

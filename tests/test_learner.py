@@ -16,8 +16,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from grpo_run import LossInputs, LossOutput
-from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection, RunConfig
-from grpo_run.core.learner.learner import Learner, token_entropy
+from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
+from grpo_run.core.learner.entropy import token_entropy
+from grpo_run.core.learner.learner import Learner
+from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser, aggregate
 from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences, split_mini_batches
@@ -53,12 +55,19 @@ def make_seqs(n: int = 8, seed: int = 0, **overrides) -> list[SequenceToPack]:
     return [attrs.evolve(s, **overrides) for s in seqs]
 
 
-def make_cfg(**alg) -> RunConfig:
+def make_spec(**alg) -> LearnerSpec:
+    """A learner spec for these tests (the model and loss are handed to the Learner directly)."""
     kl = alg.pop("kl", KLSlot())
-    return RunConfig(
+    return LearnerSpec(
+        model=ModelSpec(path="<in memory>"),
         algorithm=AlgorithmSection(pack_length=16, **alg),
-        kl=kl,
         optim=OptimSection(lr=1e-2, max_grad_norm=1e6),
+        kl=kl,
+        loss=ComponentSpec(DapoLoss, DapoLoss.Config()),
+        kl_estimator=None,
+        temperature=1.0,
+        total_steps=100,
+        pad_token_id=0,
     )
 
 
@@ -165,7 +174,7 @@ def test_normaliser_counts_go_through_reduce_sum() -> None:
 
 def test_single_update_ratio_is_exactly_one() -> None:
     spy = SpyLoss()
-    learner = Learner(make_cfg(), tiny_model(), None, spy, None, 0)
+    learner = Learner(make_spec(), tiny_model(), None, spy, None)
     metrics = learner.train_step(make_seqs())
     (call,) = spy.calls
     assert torch.equal(call.logprobs, call.old_logprobs)
@@ -177,7 +186,7 @@ def test_several_updates_use_the_pre_update_policy_as_old() -> None:
     model = tiny_model()
     initial = copy.deepcopy(model)
     spy = SpyLoss()
-    learner = Learner(make_cfg(num_mini_batches=2, num_epochs=2), model, None, spy, None, 0)
+    learner = Learner(make_spec(num_mini_batches=2, num_epochs=2), model, None, spy, None)
     learner.train_step(seqs)
     assert len(spy.calls) == 4  # 2 epochs x 2 mini-batches
     batches = split_mini_batches(seqs, 2, 16, 0)
@@ -195,7 +204,7 @@ def test_several_updates_use_the_pre_update_policy_as_old() -> None:
 def test_engine_logprobs_as_old() -> None:
     seqs = make_seqs()
     spy = SpyLoss()
-    Learner(make_cfg(use_engine_logprobs_as_old=True), tiny_model(), None, spy, None, 0).train_step(seqs)
+    Learner(make_spec(use_engine_logprobs_as_old=True), tiny_model(), None, spy, None).train_step(seqs)
     (call,) = spy.calls
     batch = pack_sequences(seqs, 16, 0)
     assert torch.equal(call.old_logprobs, batch.engine_logprobs)
@@ -214,8 +223,8 @@ def test_masked_completion_gets_no_gradient_and_does_not_change_normalisation() 
     without = [s for s in seqs if s.seq_id not in (1, 5)]
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
         a, b = tiny_model(), tiny_model()
-        la = Learner(make_cfg(loss_aggregation=mode), a, None, DapoLoss(), None, 0)
-        lb = Learner(make_cfg(loss_aggregation=mode), b, None, DapoLoss(), None, 0)
+        la = Learner(make_spec(loss_aggregation=mode), a, None, DapoLoss(), None)
+        lb = Learner(make_spec(loss_aggregation=mode), b, None, DapoLoss(), None)
         ma, mb = la.train_step(masked), lb.train_step(without)
         assert ma["loss/policy"] == pytest.approx(mb["loss/policy"], rel=1e-5)
         for pa, pb in zip(a.parameters(), b.parameters()):
@@ -254,10 +263,10 @@ def test_entropy_and_grad_norm_metrics() -> None:
         logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
                        attention_mask=block_causal_mask(batch.seq_ids)).logits
     expected = token_entropy(logits)[batch.completion_mask].double().mean()
-    metrics = Learner(make_cfg(log_entropy=True), model, None, DapoLoss(), None, 0).train_step(seqs)
+    metrics = Learner(make_spec(log_entropy=True), model, None, DapoLoss(), None).train_step(seqs)
     assert metrics["policy/entropy"] == pytest.approx(float(expected), abs=1e-5)
     assert metrics["optim/grad_norm"] > 0
-    assert "policy/entropy" not in Learner(make_cfg(), tiny_model(), None, DapoLoss(), None, 0).train_step(seqs)
+    assert "policy/entropy" not in Learner(make_spec(), tiny_model(), None, DapoLoss(), None).train_step(seqs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,8 +276,8 @@ def test_entropy_and_grad_norm_metrics() -> None:
 
 def test_kl_in_loss_adds_beta_times_kl() -> None:
     seqs = make_seqs()
-    cfg = make_cfg(kl=KLSlot(beta=0.5))
-    metrics = Learner(cfg, tiny_model(0), tiny_model(1), DapoLoss(), K3KL(), 0).train_step(seqs)
+    cfg = make_spec(kl=KLSlot(beta=0.5))
+    metrics = Learner(cfg, tiny_model(0), tiny_model(1), DapoLoss(), K3KL()).train_step(seqs)
     assert metrics["loss/kl"] > 0
     assert metrics["loss/total"] == pytest.approx(metrics["loss/policy"] + 0.5 * metrics["loss/kl"], rel=1e-6)
 
@@ -282,8 +291,8 @@ def test_kl_in_reward_is_subtracted_from_the_sequence_advantage() -> None:
     d = (lp - ref).double()
     k3 = torch.exp(-d) - 1 + d
     spy = SpyLoss()
-    cfg = make_cfg(kl=KLSlot(beta=0.3, placement="reward"))
-    metrics = Learner(cfg, policy, reference, spy, K3KL(), 0).train_step(seqs)
+    cfg = make_spec(kl=KLSlot(beta=0.3, placement="reward"))
+    metrics = Learner(cfg, policy, reference, spy, K3KL()).train_step(seqs)
     (call,) = spy.calls
     assert "loss/kl" not in metrics and metrics["loss/total"] == metrics["loss/policy"]
     for local, (row, start, end) in enumerate(batch.spans):
@@ -297,8 +306,8 @@ def test_kl_in_reward_is_subtracted_from_the_sequence_advantage() -> None:
 def test_polyak_reference_update_every_n_steps() -> None:
     seqs = make_seqs()
     policy, reference = tiny_model(0), tiny_model(1)
-    cfg = make_cfg(kl=KLSlot(beta=0.1, reference="polyak", ref_policy_update_freq=2, alpha=0.25))
-    learner = Learner(cfg, policy, reference, DapoLoss(), K3KL(), 0)
+    cfg = make_spec(kl=KLSlot(beta=0.1, reference="polyak", ref_policy_update_freq=2, alpha=0.25))
+    learner = Learner(cfg, policy, reference, DapoLoss(), K3KL())
     ref0 = params_of(reference)
     learner.train_step(seqs)
     for r, r0 in zip(reference.parameters(), ref0):  # step 1: not due
@@ -312,7 +321,7 @@ def test_polyak_reference_update_every_n_steps() -> None:
 
 def test_frozen_reference_never_moves_and_is_not_checkpointed() -> None:
     policy, reference = tiny_model(0), tiny_model(1)
-    learner = Learner(make_cfg(kl=KLSlot(beta=0.1)), policy, reference, DapoLoss(), K3KL(), 0)
+    learner = Learner(make_spec(kl=KLSlot(beta=0.1)), policy, reference, DapoLoss(), K3KL())
     ref0 = params_of(reference)
     learner.train_step(make_seqs())
     learner.skip_step()

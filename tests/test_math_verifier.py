@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 
+import cachetools
 import pytest
 
 import grpo_run.plugins.verifiers.math as math_module
@@ -78,6 +79,32 @@ def test_different_answers_score_zero(verifier: MathVerifier, completion: str, g
     assert result.metrics == {"answer_found": 1.0}
 
 
+CORRECTED = "first \\boxed{10} ... so the answer is \\boxed{12}"
+
+
+@pytest.mark.parametrize("strict_mode", [False, True], ids=["default", "strict"])
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        (CORRECTED, "12", (1.0, 1.0)),
+        (CORRECTED, "10", (0.0, 1.0)),
+        ("\\boxed{10} wait, no: \\boxed{12}", "12", (1.0, 1.0)),  # math-verify alone: {10, 12}, fails
+        ("\\boxed{10} wait, no: \\boxed{12}", "10", (0.0, 1.0)),
+        ("<think>x</think><answer>\\boxed{10} no, \\boxed{12}</answer>", "12", (1.0, 1.0)),
+        ("<think>x</think><answer>\\boxed{10} no, \\boxed{12}</answer>", "10", (0.0, 1.0)),
+        ("\\boxed{10} no, \\fbox{12}", "12", (1.0, 1.0)),  # \\fbox is a box to math-verify too
+        ("\\boxed{10} no, \\fbox{12}", "10", (0.0, 1.0)),
+        ("\\boxed{10} or rather \\boxed{1", "10", (0.0, 0.0)),  # the last box is cut off: no answer
+    ],
+)
+def test_the_last_final_answer_wins_in_every_mode(
+    completion: str, gold: str, expected: tuple[float, float], strict_mode: bool
+) -> None:
+    verifier = MathVerifier(MathVerifierConfig(strict=strict_mode, cache_size=0))
+    score, answer_found = expected
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=score, metrics={"answer_found": answer_found})
+
+
 @pytest.mark.parametrize(
     "completion",
     ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN"],
@@ -132,6 +159,17 @@ def test_cache_skips_repeated_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     cached.score("21", "19", ROW)  # evicts "The answer is 19" (capacity 2)
     cached.score("The answer is 19", "19", ROW)
     assert calls.count("The answer is 19") == 2
+
+
+def test_cache_is_a_cachetools_lru_that_pickles() -> None:
+    verifier = MathVerifier(MathVerifierConfig(cache_size=3))
+    assert type(verifier._cache) is cachetools.LRUCache and verifier._cache.maxsize == 3
+    verifier.score("19", "19", ROW)
+    verifier.score("18", "19", ROW)
+    clone = pickle.loads(pickle.dumps(verifier))  # a worker process receives the verifier pickled
+    assert type(clone._cache) is cachetools.LRUCache
+    assert dict(clone._cache) == {("19", "19"): (1.0, 1.0), ("18", "19"): (0.0, 1.0)}
+    assert MathVerifier(MathVerifierConfig(cache_size=0))._cache is None
 
 
 def test_works_outside_the_main_thread(verifier: MathVerifier) -> None:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from test_learner import make_cfg, make_seqs, params_of, tiny_model
+from test_learner import make_spec, make_seqs, params_of, tiny_model
 
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import packed_token_logprobs
@@ -82,8 +82,8 @@ def test_learner_mask_everything_leaves_the_policy_unchanged() -> None:
     # [10, 20] drops every token, so the policy loss and its gradient are zero.
     model = tiny_model()
     before = params_of(model)
-    cfg = make_cfg(mismatch_correction="token-mask", mismatch_lower=10.0, mismatch_upper=20.0)
-    metrics = Learner(cfg, model, None, DapoLoss(), None, 0).train_step(make_seqs())
+    cfg = make_spec(mismatch_correction="token-mask", mismatch_lower=10.0, mismatch_upper=20.0)
+    metrics = Learner(cfg, model, None, DapoLoss(), None).train_step(make_seqs())
     assert metrics["mismatch/kept_frac"] == 0.0 and metrics["loss/policy"] == 0.0
     assert metrics["optim/grad_norm"] == 0.0
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
@@ -100,6 +100,6 @@ def test_learner_truncation_scales_the_loss_by_the_weights() -> None:
     m = batch.completion_mask
     w = (old - batch.engine_logprobs.double()).exp().clamp(max=0.9)
     expected = float(-(w * batch.advantages.double())[m].sum() / m.sum())
-    cfg = make_cfg(mismatch_correction="token-truncate", mismatch_upper=0.9)
-    metrics = Learner(cfg, model, None, DapoLoss(), None, 0).train_step(seqs)
+    cfg = make_spec(mismatch_correction="token-truncate", mismatch_upper=0.9)
+    metrics = Learner(cfg, model, None, DapoLoss(), None).train_step(seqs)
     assert metrics["loss/policy"] == pytest.approx(expected, rel=1e-5)

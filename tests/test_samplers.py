@@ -12,6 +12,7 @@ import pytest
 from grpo_run.core.config.hooks import register_strict_hooks
 from grpo_run.core.errors import RunError
 from grpo_run.plugins.samplers.active import ActiveSampler, ActiveSamplerConfig, AllPromptsRetiredError
+from grpo_run.plugins.samplers.common import ShuffledEpochs
 from grpo_run.plugins.samplers.mixture import MixtureSampler, MixtureSamplerConfig
 from grpo_run.plugins.samplers.uniform import UniformSampler, UniformSamplerConfig
 
@@ -26,6 +27,40 @@ def _ids(rows: list) -> list[str]:
 
 SIZES = {"math": 10, "code": 3, "chat": 5}
 WEIGHTS = {"math": 1.0, "code": 2.0, "chat": 1.0}
+
+
+# --- uniform --------------------------------------------------------------------------------------
+
+
+def test_uniform_draws_equal_shuffled_epochs() -> None:
+    rows = _rows({"p": 5})
+    sampler = UniformSampler(UniformSamplerConfig(), rows, seed=3)
+    cursor = ShuffledEpochs(5, seed=3)
+    drawn = _ids(sampler.sample(12))
+    assert drawn == [f"p-{cursor.next()}" for _ in range(12)]
+    # Pinned: the permutation of seed 3 (random.Random(3 * 7919 + epoch)) that old runs drew.
+    assert drawn == ["p-4", "p-0", "p-2", "p-1", "p-3", "p-1", "p-2", "p-4", "p-3", "p-0", "p-3", "p-0"]
+    assert sampler.state_dict() == {"epoch": 2, "position": 2} == cursor.state_dict()
+    unshuffled = UniformSampler(UniformSamplerConfig(shuffle=False), rows, seed=3)
+    assert _ids(unshuffled.sample(7)) == ["p-0", "p-1", "p-2", "p-3", "p-4", "p-0", "p-1"]
+
+
+def test_uniform_state_round_trip_and_bad_state() -> None:
+    rows = _rows({"p": 5})
+    uninterrupted = _ids(UniformSampler(UniformSamplerConfig(), rows, seed=3).sample(12))
+    first = UniformSampler(UniformSamplerConfig(), rows, seed=3)
+    head = _ids(first.sample(7))
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state == {"epoch": 1, "position": 2}  # the checkpoint format of earlier versions
+    resumed = UniformSampler(UniformSamplerConfig(), rows, seed=3)
+    resumed.load_state_dict(state)
+    assert head + _ids(resumed.sample(5)) == uninterrupted
+    with pytest.raises(ValueError, match="sampler state out of range: epoch 0, position 6 of 5"):
+        resumed.load_state_dict({"epoch": 0, "position": 6})
+    with pytest.raises(ValueError, match="sampler state out of range: epoch -1, position 0 of 5"):
+        resumed.load_state_dict({"epoch": -1, "position": 0})
+    with pytest.raises(ValueError, match="the uniform sampler needs at least one row"):
+        UniformSampler(UniformSamplerConfig(), [], seed=0)
 
 
 # --- mixture --------------------------------------------------------------------------------------

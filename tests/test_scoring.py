@@ -84,7 +84,7 @@ def test_unknown_verifier_is_a_row_error_naming_the_enabled_ones(local_scorer: R
     assert results[1].reward == 2.0 and results[1].scores == {"exact": 1.0}
     assert "'nope' is not enabled" in results[1].error
     assert [log["row_id"] for log in logs] == ["a", "b"]
-    assert local_scorer.pop_metrics()["scoring/row_errors"] == 2.0
+    assert results.metrics()["scoring/row_errors"] == 2.0
 
 
 def test_malformed_rows_are_row_errors(local_scorer: RewardScorer) -> None:
@@ -112,7 +112,7 @@ def test_failing_calls_score_zero_count_as_errors_and_log_the_row_id(local_score
     assert "2.0" in results[3].error and "[0, 1]" in results[3].error
     assert results[4].error is None
     assert [(log["row_id"], log["verifier"]) for log in logs] == [(f"r{i}", "flaky") for i in range(4)]
-    metrics = local_scorer.pop_metrics()
+    metrics = results.metrics()
     assert metrics["verifier/flaky/errors"] == 4.0
     assert metrics["verifier/flaky/timeouts"] == 0.0
     assert metrics["verifier/flaky/mean_score"] == pytest.approx(1 / 5, abs=1e-12)
@@ -121,9 +121,9 @@ def test_failing_calls_score_zero_count_as_errors_and_log_the_row_id(local_score
 def test_only_the_first_failures_are_logged() -> None:
     scorer = RewardScorer(SPECS, num_workers=0, max_logged_errors=2)
     with structlog.testing.capture_logs() as logs:
-        score(scorer, flaky_rows(5), ["raise"] * 5)
+        results = score(scorer, flaky_rows(5), ["raise"] * 5)
     assert len(logs) == 2
-    assert scorer.pop_metrics()["verifier/flaky/errors"] == 5.0
+    assert results.metrics()["verifier/flaky/errors"] == 5.0
 
 
 def test_not_applicable_adds_nothing(local_scorer: RewardScorer) -> None:
@@ -131,10 +131,10 @@ def test_not_applicable_adds_nothing(local_scorer: RewardScorer) -> None:
     assert results[0] == ScoredCompletion(reward=0.0, max_reward=0.0, scores={})
 
 
-def test_metrics_keys_and_values_then_reset(local_scorer: RewardScorer) -> None:
+def test_metrics_keys_and_values_belong_to_their_call(local_scorer: RewardScorer) -> None:
     rows = [{"id": i, "verifier": "exact", "ground_truth": "1"} for i in range(4)]
-    score(local_scorer, rows, ["1", "1", "1", "2"])
-    metrics = local_scorer.pop_metrics()
+    results = score(local_scorer, rows, ["1", "1", "1", "2"])
+    metrics = results.metrics()
     prefix = "verifier/exact/"
     expected = {"calls", "count", "mean_score", "correct_rate", "latency_p50_ms", "latency_p95_ms", "errors", "timeouts"}
     assert {k[len(prefix) :] for k in metrics if k.startswith(prefix)} == expected
@@ -142,7 +142,9 @@ def test_metrics_keys_and_values_then_reset(local_scorer: RewardScorer) -> None:
     assert metrics[prefix + "mean_score"] == 0.75
     assert metrics[prefix + "correct_rate"] == 0.75
     assert 0.0 <= metrics[prefix + "latency_p50_ms"] <= metrics[prefix + "latency_p95_ms"] < 1000.0
-    assert local_scorer.pop_metrics() == {"scoring/row_errors": 0.0}
+    later = score(local_scorer, flaky_rows(1), ["ok"]).metrics()
+    assert "verifier/exact/calls" not in later and later["verifier/flaky/calls"] == 1.0
+    assert results.metrics() == metrics  # reporting does not reset
 
 
 def test_bad_arguments_are_rejected() -> None:
@@ -172,7 +174,7 @@ def test_workers_score_math_out_of_process(worker_scorer: RewardScorer) -> None:
     rows = [{"id": i, "verifier": "math", "ground_truth": "\\frac{1}{2}"} for i in range(3)]
     results = score(worker_scorer, rows + flaky_rows(1), ["0.5", "The answer is $\\boxed{1/2}$", "2", "ok"])
     assert [r.reward for r in results] == [1.0, 1.0, 0.0, 1.0]
-    metrics = worker_scorer.pop_metrics()
+    metrics = results.metrics()
     assert metrics["verifier/flaky/pid"] != float(os.getpid())
     assert metrics["verifier/flaky/pid"] in worker_scorer.worker_pids
 
@@ -199,7 +201,7 @@ def test_hanging_verifier_is_killed_at_the_timeout_and_the_scorer_recovers(worke
     assert results[2].error == "flaky: raised ValueError: boom"
     assert results[4].error == "flaky: worker process died (exit code 3)"
     assert {log["event"] for log in logs} == {"verifier timed out", "verifier failed"}
-    metrics = worker_scorer.pop_metrics()
+    metrics = results.metrics()
     assert metrics["verifier/flaky/timeouts"] == 1.0
     assert metrics["verifier/flaky/errors"] == 2.0
     # A fresh worker takes over and keeps working.
@@ -227,7 +229,6 @@ def test_two_workers_keep_order_and_close_leaves_no_processes() -> None:
 
 
 def test_means_are_left_out_when_there_is_nothing_to_average(local_scorer: RewardScorer) -> None:
-    score(local_scorer, flaky_rows(1), ["skip"])
-    metrics = local_scorer.pop_metrics()
+    metrics = score(local_scorer, flaky_rows(1), ["skip"]).metrics()
     assert metrics["verifier/flaky/count"] == 0.0
     assert "verifier/flaky/mean_score" not in metrics and "verifier/flaky/correct_rate" not in metrics

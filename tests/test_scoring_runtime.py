@@ -17,10 +17,11 @@ import structlog
 from scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
 
 from grpo_run import VerifierConfig, VerifierResult
-from grpo_run.core.plugins.contracts import ShapingVerifierConfig
+from grpo_run import ShapingVerifierConfig
 from grpo_run.core.config.invariants import some_reward_enabled
 from grpo_run.core.config.schema import RunConfig, ScoringSection
 from grpo_run.core.errors import RunError
+from grpo_run.core.scoring.metrics import ScoringMetrics
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 
 CANCELLED: list[str] = []
@@ -164,7 +165,7 @@ def test_async_verifier_runs_on_the_event_loop_concurrently_with_sync_ones() -> 
     assert elapsed < 2.0  # 20 calls of 0.2 s overlap: far below the 4 s they take in a row
     verifier = scorer._async._instances["echo"]
     assert verifier.peak == 20
-    metrics = scorer.pop_metrics()
+    metrics = results.metrics()
     assert metrics["verifier/echo/pid"] == float(os.getpid())  # in this process, not a worker
     assert metrics["verifier/echo/count"] == 20.0 and metrics["verifier/echo/mean_score"] == 1.0
     assert metrics["verifier/echo/latency_p50_ms"] >= 200.0
@@ -194,7 +195,7 @@ def test_async_timeout_cancels_the_call_and_does_not_hold_up_the_others() -> Non
     assert results[2].error == "echo: raised RuntimeError: judge down"
     # A TimeoutError of the verifier's own is an error, not a timeout of ours.
     assert results[3].error == "echo: raised TimeoutError: upstream said timeout"
-    metrics = scorer.pop_metrics()
+    metrics = results.metrics()
     assert (metrics["verifier/echo/timeouts"], metrics["verifier/echo/errors"]) == (1.0, 2.0)
     scorer.close()
 
@@ -244,7 +245,7 @@ def test_batched_verifier_gets_batches_of_at_most_max_batch_size() -> None:
     results = run(scorer.score(rows, ["a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "x"]))
     assert [r.reward for r in results] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 1.0], abs=1e-12)
     assert BatchLength.batches == [3, 3, 1]
-    assert scorer.pop_metrics()["verifier/batch/count"] == 7.0
+    assert results.metrics()["verifier/batch/count"] == 7.0
 
 
 def test_a_failing_batch_fails_every_item_in_it_only() -> None:
@@ -255,7 +256,7 @@ def test_a_failing_batch_fails_every_item_in_it_only() -> None:
     assert {r.error for r in results[:3]} == {"batch: raised ValueError: batch exploded"}
     assert [r.reward for r in results[3:]] == [0.0, 0.0, 0.0]
     assert {r.error for r in results[3:]} == {"batch: raised TypeError: score_batch returned 2 results for 3 items"}
-    assert scorer.pop_metrics()["verifier/batch/errors"] == 6.0
+    assert results.metrics()["verifier/batch/errors"] == 6.0
 
 
 def test_async_batched_verifier() -> None:
@@ -276,7 +277,7 @@ def test_batches_in_a_worker_time_out_as_a_whole_and_the_worker_recovers() -> No
         results = run(scorer.score(rows, ["a", "hang", "abc", "abcd", "ok"]))
         assert [r.reward for r in results] == pytest.approx([0.0, 0.0, 0.0, 0.4, 1.0], abs=1e-12)
         assert {r.error for r in results[:3]} == {"batch: batch of 3 timed out after 1.5s (worker killed)"}
-        metrics = scorer.pop_metrics()
+        metrics = results.metrics()
         assert metrics["verifier/batch/timeouts"] == 3.0
         assert metrics["verifier/flaky/pid"] in scorer.worker_pids
 
@@ -334,13 +335,13 @@ def test_gated_rows_are_counted_and_an_all_gated_batch_is_logged() -> None:
     scorer = RewardScorer(specs, num_workers=0)
     rows = rows_for("exact", 4, gold="1")
     with structlog.testing.capture_logs() as logs:
-        run(scorer.score(rows, ["1", "1 nogate", "1", "1"]))
+        results = run(scorer.score(rows, ["1", "1 nogate", "1", "1"]))
     assert logs == []
-    assert scorer.pop_metrics()["scoring/gated_fraction"] == 0.25
+    assert results.metrics()["scoring/gated_fraction"] == 0.25
     with structlog.testing.capture_logs() as logs:
-        run(scorer.score(rows, ["1 nogate"] * 4))
+        results = run(scorer.score(rows, ["1 nogate"] * 4))
     assert [log["event"] for log in logs] == ["every row failed a gate: all rewards are a gate_fail_reward"]
-    assert scorer.pop_metrics()["scoring/gated_fraction"] == 1.0
+    assert results.metrics()["scoring/gated_fraction"] == 1.0
 
 
 def test_several_failing_gates_give_the_lowest_gate_reward_and_negative_rewards_are_gated_too() -> None:
@@ -409,15 +410,17 @@ def test_error_rate_over_the_limit_stops_with_a_clear_message() -> None:
     run(disabled.score(rows_for("flaky", 60), ["raise"] * 60))
 
 
-def test_calls_without_recorded_metrics_still_count_toward_the_error_rate() -> None:
+def test_each_call_reports_its_own_metrics_and_all_count_toward_the_error_rate() -> None:
     specs = {"flaky": (MisbehavingVerifier, VerifierConfig())}
     scorer = RewardScorer(specs, num_workers=0, max_error_rate=0.5, error_window=4, error_min_calls=4, max_logged_errors=0)
-    run(scorer.score(rows_for("flaky", 2), ["ok", "raise"]))
-    run(scorer.score(rows_for("flaky", 1) + [{"id": "x", "verifier": "nope"}], ["ok", "1"], record_metrics=False))
-    metrics = scorer.pop_metrics()  # only the first call's
+    first = run(scorer.score(rows_for("flaky", 2), ["ok", "raise"]))
+    second = run(scorer.score(rows_for("flaky", 1) + [{"id": "x", "verifier": "nope"}], ["ok", "1"]))
+    metrics = first.metrics()  # only the first call's
     assert (metrics["verifier/flaky/calls"], metrics["verifier/flaky/errors"], metrics["scoring/row_errors"]) == (2, 1, 0)
+    metrics = second.metrics()
+    assert (metrics["verifier/flaky/calls"], metrics["verifier/flaky/errors"], metrics["scoring/row_errors"]) == (1, 0, 1)
     with pytest.raises(RunError, match="failed 3 of its last 4 calls"):
-        run(scorer.score(rows_for("flaky", 2), ["raise", "raise"], record_metrics=False))
+        run(scorer.score(rows_for("flaky", 2), ["raise", "raise"]))
 
 
 def test_from_config_passes_the_scoring_section() -> None:
@@ -459,6 +462,10 @@ def test_concurrent_score_calls_from_several_tasks() -> None:
     results = run(groups())
     for group in results:
         assert [r.reward for r in group] == [2.0, 2.0, 0.0, 2.0, 1.0, 1.0]
-    metrics = scorer.pop_metrics()
-    assert metrics["verifier/exact/calls"] == 32.0 and metrics["verifier/echo/calls"] == 16.0
+        metrics = group.metrics()  # each concurrent call's own, however they interleaved
+        assert metrics["verifier/exact/calls"] == 4.0 and metrics["verifier/echo/calls"] == 2.0
+    merged = ScoringMetrics()
+    for group in results:
+        merged.merge(group.stats)
+    assert merged.report()["verifier/exact/calls"] == 32.0 and merged.report()["verifier/echo/calls"] == 16.0
     scorer.close()

@@ -1,39 +1,74 @@
 """grpo-run: reinforcement learning with verifiable rewards (GRPO) for language models.
 
-The public API for plugin authors: the hook markers, the component contracts and the data types
-components exchange. Everything under ``grpo_run.core`` that is not re-exported here is internal.
+The public API: everything a plugin may import. The hook markers, the family contracts and the
+optional abilities (named protocols), the data components exchange, the errors a component may
+raise, and the pieces of the config a component's own rules look at. Built-in plugins import
+only from here, exactly as third-party ones do; everything under ``grpo_run.core`` is internal.
 """
 
+from importlib import metadata as _metadata
+
+from grpo_run.core.config.formatting import ConfigIssue
+from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.data.prompts import PromptRow
+from grpo_run.core.errors import PluginError, RunError, UserError
+from grpo_run.core.plugins.abilities import (
+    AsyncClosable,
+    BatchVerifier,
+    CapsBatchSize,
+    ChecksRunConfig,
+    DeclaresScoreRange,
+    RefillingSampler,
+    RewardFeedbackSampler,
+    ShapingConfig,
+    Stateful,
+    StreamingEngine,
+)
 from grpo_run.core.plugins.contracts import (
-    FINISH_REASON_KEY,
-    NUM_TOKENS_KEY,
-    Completion,
-    EngineContext,
     GenerationEngine,
     KLEstimator,
     Loss,
-    LossInputs,
-    LossOutput,
     ModelSource,
-    NoConfig,
     Sampler,
-    SamplingParams,
-    ShapingVerifierConfig,
     Task,
     Tracker,
     Verifier,
-    VerifierConfig,
-    VerifierResult,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
 from grpo_run.core.plugins.registry import Registrar
+from grpo_run.core.plugins.types import (
+    FINISH_REASON_KEY,
+    NUM_TOKENS_KEY,
+    SOLVED_TOLERANCE,
+    Completion,
+    EngineContext,
+    LossInputs,
+    LossOutput,
+    NoConfig,
+    SamplingParams,
+    ShapingVerifierConfig,
+    VerifierConfig,
+    VerifierResult,
+    is_solved,
+    reaches,
+)
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("grpo-run")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "FINISH_REASON_KEY",
     "NUM_TOKENS_KEY",
+    "SOLVED_TOLERANCE",
+    "AsyncClosable",
+    "BatchVerifier",
+    "CapsBatchSize",
+    "ChecksRunConfig",
     "Completion",
+    "ConfigIssue",
+    "DeclaresScoreRange",
     "EngineContext",
     "GenerationEngine",
     "KLEstimator",
@@ -42,16 +77,28 @@ __all__ = [
     "LossOutput",
     "ModelSource",
     "NoConfig",
+    "PluginError",
+    "PromptRow",
+    "RefillingSampler",
     "Registrar",
+    "RewardFeedbackSampler",
+    "RunConfig",
+    "RunError",
     "Sampler",
     "SamplingParams",
+    "ShapingConfig",
     "ShapingVerifierConfig",
+    "Stateful",
+    "StreamingEngine",
     "Task",
     "Tracker",
+    "UserError",
     "Verifier",
     "VerifierConfig",
     "VerifierResult",
+    "__version__",
     "hookimpl",
     "hookspec",
-    "__version__",
+    "is_solved",
+    "reaches",
 ]

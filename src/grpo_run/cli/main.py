@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.cli.score import add_score_parser, run_score_command
@@ -50,14 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        print_problem(err, "error:", str(exc))
         return exc.exit_code
     except RunError as exc:
-        err.print(f"[bold red]run stopped:[/] {exc}", soft_wrap=True)
+        print_problem(err, "run stopped:", str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+def print_problem(console: Console, label: str, text: str) -> None:
+    """``label`` in bold red, then ``text`` exactly as written (user text is never rich markup:
+    a hint such as "add a table such as [verifiers.math]" must keep its brackets)."""
+    console.print(Text.assemble((label, "bold red"), " ", text), soft_wrap=True)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -95,7 +102,7 @@ def _print_plugins(host) -> int:
     for col in ("family", "name", "distribution", "class"):
         comps.add_column(col)
     for entry in host.registry:
-        comps.add_row(entry.family, entry.name, entry.distribution, f"{entry.cls.__module__}.{entry.cls.__qualname__}")
+        comps.add_row(entry.family.key, entry.name, entry.distribution, f"{entry.cls.__module__}.{entry.cls.__qualname__}")
     console.print(comps)
     return 0
 

@@ -33,12 +33,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grpo_run.core.config.converter import _structure_components, make_converter  # the [verifiers] table rule
+from grpo_run.core.config.converter import make_converter, structure_components
+from grpo_run.core.plugins.families import VERIFIER
 from grpo_run.core.config.formatting import ConfigError, ConfigIssue, issues_from_exception, with_key
 from grpo_run.core.config.loading import read_toml
 from grpo_run.core.config.schema import ScoringSection
 from grpo_run.core.errors import UnknownComponentError, UserError
 from grpo_run.core.plugins.registry import ComponentRegistry
+from grpo_run.core.scoring.metrics import ScoringMetrics
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 
 REQUIRED_FIELDS = ("completion", "ground_truth", "verifier")
@@ -94,8 +96,7 @@ def _score_file(args: argparse.Namespace, registry: ComponentRegistry, err: Cons
     try:
         scorer = RewardScorer.from_config(scoring, specs, **overrides)
         try:
-            results = asyncio.run(_score_all(scorer, rows, lines, source, err))
-            metrics = scorer.pop_metrics()
+            results, metrics = asyncio.run(_score_all(scorer, rows, lines, source, err))
         finally:
             scorer.close()
     finally:
@@ -206,7 +207,7 @@ def configured_verifiers(path: Path, registry: ComponentRegistry) -> tuple[dict[
     configs: dict[str, Any] = {}
     scoring = ScoringSection()
     try:
-        configs = _structure_components(converter, registry, "verifier", data["verifiers"])
+        configs = structure_components(converter, registry, VERIFIER, data["verifiers"])
     except (ClassValidationError, ValueError, TypeError) as exc:
         errors.append(with_key(exc, "verifiers"))
     try:
@@ -235,7 +236,7 @@ def check_rows_enabled(
 
 async def _score_all(
     scorer: RewardScorer, rows: list[Row], lines: list[int], source: str, err: Console
-) -> list[ScoredCompletion]:
+) -> tuple[list[ScoredCompletion], dict[str, float]]:
     progress = None
     if len(rows) > BATCH_ROWS and sys.stderr.isatty():
         progress = Progress(
@@ -245,20 +246,23 @@ async def _score_all(
         task = progress.add_task("score", total=len(rows))
         progress.start()
     results: list[ScoredCompletion] = []
+    stats = ScoringMetrics()
     try:
         for start in range(0, len(rows), BATCH_ROWS):
             batch = [
                 {**row, "id": row.get("id", f"{source}:{line}")}
                 for row, line in zip(rows[start : start + BATCH_ROWS], lines[start : start + BATCH_ROWS], strict=True)
             ]
-            results.extend(await scorer.score(batch, [row["completion"] for row in batch]))
+            scored = await scorer.score(batch, [row["completion"] for row in batch])
+            results.extend(scored)
+            stats.merge(scored.stats)
             if progress is not None:
                 progress.update(task, completed=len(results))
     finally:
         if progress is not None:
             progress.stop()
         await scorer.aclose()
-    return results
+    return results, stats.report()
 
 
 def _quiet_logging() -> None:

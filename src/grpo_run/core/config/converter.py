@@ -20,12 +20,9 @@ from grpo_run.core.config.formatting import describe_value, unknown_key_error, w
 from grpo_run.core.config.hooks import register_strict_hooks, structure_attrs
 from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig
 from grpo_run.core.errors import UnknownComponentError
+from grpo_run.core.plugins.families import Family, family_of_slot
 from grpo_run.core.plugins.registry import ComponentRegistry
 
-SLOT_FAMILIES: dict[str, str] = {"loss": "loss", "kl": "kl", "sampler": "sampler", "engine": "engine", "task": "task"}
-"""``RunConfig`` field -> component family, for slots holding one chosen component."""
-TABLE_FAMILIES: dict[str, str] = {"verifiers": "verifier", "trackers": "tracker"}
-"""``RunConfig`` field -> component family, for tables of ``<name> = {config}``."""
 
 
 def make_converter(registry: ComponentRegistry) -> cattrs.Converter:
@@ -51,16 +48,17 @@ def structure_run_config(converter: cattrs.Converter, registry: ComponentRegistr
     errors: list[Exception] = [unknown_key_error(key, known) for key in data if key not in known]
     values: dict[str, Any] = {}
     for f in fields:
+        fam = family_of_slot(f.name)
         try:
-            if f.name in SLOT_FAMILIES:
+            if fam is not None and not fam.many:
                 default_name = _default_slot_name(f)
                 if f.name in data or default_name is not None:
                     values[f.name] = _structure_slot(
-                        converter, registry, SLOT_FAMILIES[f.name], hints[f.name], data.get(f.name, {}), default_name
+                        converter, registry, fam, hints[f.name], data.get(f.name, {}), default_name
                     )
-            elif f.name in TABLE_FAMILIES:
+            elif fam is not None:
                 if f.name in data:
-                    values[f.name] = _structure_components(converter, registry, TABLE_FAMILIES[f.name], data[f.name])
+                    values[f.name] = structure_components(converter, registry, fam, data[f.name])
             elif f.name in data:
                 values[f.name] = converter.structure(data[f.name], hints[f.name])
         except (ClassValidationError, ValueError, TypeError) as exc:  # every section's errors, with its key
@@ -81,7 +79,7 @@ def _default_slot_name(f: attrs.Attribute) -> str | None:
 def _structure_slot(
     converter: cattrs.Converter,
     registry: ComponentRegistry,
-    family: str,
+    family: Family[Any],
     slot_type: Any,
     table: Any,
     default_name: str | None,
@@ -118,9 +116,10 @@ def _structure_slot(
     return attrs.evolve(slot, config=config)  # type: ignore[misc]
 
 
-def _structure_components(
-    converter: cattrs.Converter, registry: ComponentRegistry, family: str, table: Any
+def structure_components(
+    converter: cattrs.Converter, registry: ComponentRegistry, family: Family[Any], table: Any
 ) -> dict[str, Any]:
+    """Structure a ``<name> = {config}`` table of a family (``[verifiers]``): name -> ``Config``."""
     if not isinstance(table, Mapping):
         raise TypeError(f"expected a table, got {describe_value(table)}")
     configs: dict[str, Any] = {}

@@ -1,18 +1,24 @@
 """Cross-section rules of a structured :class:`RunConfig`.
 
 Each rule is a small function ``(cfg) -> list[ConfigIssue]`` in :data:`INVARIANTS`; add a rule by
-writing one and appending it. Rules that concern a single component's options belong in that
-component's ``Config`` (attrs validators or ``__attrs_post_init__``), not here.
+writing one and appending it. Rules of a component live with that component: its own options in
+its ``Config`` (attrs validators), rules involving other sections in the ``Config``'s
+``check_run`` (:class:`~grpo_run.ChecksRunConfig`), collected here by :func:`component_rules`.
+The core never names a component.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
+from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.registry import did_you_mean
+from grpo_run.core.plugins.types import VerifierConfig
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
 
@@ -50,9 +56,9 @@ def some_reward_enabled(cfg: RunConfig) -> list[ConfigIssue]:
     """Without an additive verifier of positive weight every reward is zero (a gate only
     replaces rewards that other verifiers made)."""
     configs = cfg.verifiers.values()
-    if any(getattr(c, "weight", 1.0) > 0 and getattr(c, "mode", "additive") != "gate" for c in configs):
+    if any(_weight(c) > 0 and _mode(c) != "gate" for c in configs):
         return []
-    if any(getattr(c, "mode", "additive") == "gate" for c in configs):
+    if any(_mode(c) == "gate" for c in configs):
         return [
             ConfigIssue(
                 "verifiers",
@@ -63,6 +69,14 @@ def some_reward_enabled(cfg: RunConfig) -> list[ConfigIssue]:
     if cfg.verifiers:
         return [ConfigIssue("verifiers", "every enabled verifier has weight 0; give one a weight > 0")]
     return [ConfigIssue("verifiers", "no verifier enabled; add a table such as [verifiers.math]")]
+
+
+def _weight(config: Any) -> float:
+    return float(config.weight) if isinstance(config, VerifierConfig) else 1.0
+
+
+def _mode(config: Any) -> str:
+    return config.mode if isinstance(config, ShapingConfig) else "additive"
 
 
 def one_data_source(cfg: RunConfig) -> list[ConfigIssue]:
@@ -204,17 +218,37 @@ def checkpoint_dir_needs_saving(cfg: RunConfig) -> list[ConfigIssue]:
     ]
 
 
-def active_sampling_needs_zero_std_filter(cfg: RunConfig) -> list[ConfigIssue]:
-    """Active sampling refills a batch with groups that have a reward spread; the filter must drop the rest."""
-    if cfg.sampler.name != "active" or cfg.algorithm.filter_zero_std_samples:
-        return []
-    return [
-        ConfigIssue(
-            "sampler.name",
-            'is "active", which needs algorithm.filter_zero_std_samples = true '
-            "(it draws more prompts to replace the zero-std groups that filter drops)",
-        )
-    ]
+def component_rules(cfg: RunConfig) -> list[ConfigIssue]:
+    """Rules a component contributes through its ``Config`` (:class:`~grpo_run.ChecksRunConfig`):
+    the chosen loss, KL estimator, sampler, engine and task, and every enabled verifier and
+    tracker. A rule that raises is reported as an issue naming the component."""
+    issues: list[ConfigIssue] = []
+    for where, config in _component_configs(cfg):
+        if not isinstance(config, ChecksRunConfig):
+            continue
+        try:
+            found = list(config.check_run(cfg))
+        except Exception as exc:  # a plugin's rule is plugin code: name it, do not crash
+            found = [ConfigIssue(where, f"its config check raised {type(exc).__name__}: {exc}")]
+        for issue in found:
+            if not isinstance(issue, ConfigIssue):
+                issue = ConfigIssue(where, str(issue))
+            issues.append(issue)
+    return issues
+
+
+def _component_configs(cfg: RunConfig) -> list[tuple[str, Any]]:
+    """(key path, config) of every chosen or enabled component."""
+    out: list[tuple[str, Any]] = []
+    for fam in FAMILIES:
+        if fam.slot is None:
+            continue
+        value = getattr(cfg, fam.slot)
+        if fam.many:
+            out.extend((f"{fam.slot}.{name}", conf) for name, conf in value.items())
+        elif value is not None:
+            out.append((fam.slot, value.config))
+    return out
 
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -231,7 +265,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     kl_penalty_needs_reference,
     engine_logprobs_exclude_mismatch_correction,
     checkpoint_dir_needs_saving,
-    active_sampling_needs_zero_std_filter,
+    component_rules,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL
 estimator is enforced while structuring: ``kl.name`` must always name a registered one."""

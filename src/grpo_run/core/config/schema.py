@@ -114,6 +114,11 @@ MismatchCorrection = Literal["none", "token-truncate", "token-mask", "sequence-t
 @attrs.frozen
 class AlgorithmSection:
     advantage_normalization_type: Literal["standard", "centered"] = "standard"
+    """``"standard"``: ``(r - mean) / (std + advantage_eps)`` per group; ``"centered"``: ``r - mean``
+    (Dr. GRPO)."""
+    advantage_std: Literal["sample", "population"] = "sample"
+    """Which standard deviation ``"standard"`` divides by: ``"sample"`` (Bessel-corrected, n - 1;
+    verl and TRL) or ``"population"`` (n; Open Instruct's numpy ``.std()``)."""
     filter_zero_std_samples: bool = True
     """Drop groups whose rewards are all equal (no learning signal)."""
     pack_length: int = attrs.field(default=512, validator=positive)

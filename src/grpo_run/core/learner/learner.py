@@ -19,36 +19,21 @@ One learner step on a rollout batch:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from grpo_run.core.plugins.contracts import LossInputs
-from grpo_run.core.config.schema import OptimSection, RunConfig
+from grpo_run.core.plugins.types import LossInputs
+from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
+from grpo_run.core.learner.entropy import KeepLogits, token_entropy
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
+from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, split_mini_batches
-
-
-def lr_lambda(optim: OptimSection, total_steps: int):
-    """Multiplier of the base LR at a given optimizer step: linear warm-up, then the schedule."""
-
-    def factor(step: int) -> float:
-        if optim.warmup_steps and step < optim.warmup_steps:
-            return (step + 1) / optim.warmup_steps
-        if optim.lr_scheduler == "constant":
-            return 1.0
-        span = max(1, total_steps - optim.warmup_steps)
-        progress = min(1.0, (step - optim.warmup_steps) / span)
-        if optim.lr_scheduler == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
 
 
 class Learner:
@@ -61,27 +46,26 @@ class Learner:
 
     def __init__(
         self,
-        cfg: RunConfig,
+        spec: LearnerSpec,
         policy: torch.nn.Module,
         reference: torch.nn.Module | None,
-        loss: Any,
-        kl: Any | None,
-        pad_token_id: int,
+        loss: Loss,
+        kl: KLEstimator | None,
         *,
         world_size: int = 1,
         reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
-        self.cfg = cfg
+        self.spec = spec
         self.policy = policy
         self.reference = reference
         self.loss = loss
         self.kl = kl
-        self.beta = cfg.kl.beta
-        self.pad_token_id = pad_token_id
-        self.temperature = cfg.rollout.temperature
+        self.beta = spec.kl.beta
+        self.pad_token_id = spec.pad_token_id
+        self.temperature = spec.temperature
         self.world_size = world_size
         self.reduce_sum = reduce_sum
-        o = cfg.optim
+        o = spec.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in policy.parameters() if p.requires_grad],
             lr=o.lr,
@@ -89,7 +73,7 @@ class Learner:
             eps=o.eps,
             weight_decay=o.weight_decay,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, cfg.train.total_steps))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
@@ -100,7 +84,7 @@ class Learner:
 
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]:
         """One optimizer step per mini-batch, ``num_epochs`` times over the rollout batch."""
-        alg = self.cfg.algorithm
+        alg = self.spec.algorithm
         start = time.perf_counter()
         param = next(self.policy.parameters())
         mini_batches = [
@@ -148,7 +132,7 @@ class Learner:
 
     def _finish_step(self) -> None:
         self.steps += 1
-        kl_cfg = self.cfg.kl
+        kl_cfg = self.spec.kl
         polyak = self.reference is not None and kl_cfg.reference == "polyak"
         if polyak and self.steps % kl_cfg.ref_policy_update_freq == 0:
             polyak_update(self.reference, self.policy, kl_cfg.alpha)
@@ -166,9 +150,9 @@ class Learner:
 
     def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
-        if not self.cfg.algorithm.log_entropy:
+        if not self.spec.algorithm.log_entropy:
             return self._policy_logprobs(self.policy, batch, attn_mask), None
-        keeper = _KeepLogits(self.policy)
+        keeper = KeepLogits(self.policy)
         logprobs = self._policy_logprobs(keeper, batch, attn_mask)
         entropy = token_entropy(keeper.logits, temperature=self.temperature)
         keeper.logits = None
@@ -182,7 +166,7 @@ class Learner:
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
-        alg, kl_cfg = self.cfg.algorithm, self.cfg.kl
+        alg, kl_cfg = self.spec.algorithm, self.spec.kl
         logprobs, entropy = self._forward(batch, attn_mask)
         mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
         if alg.use_engine_logprobs_as_old:
@@ -213,7 +197,7 @@ class Learner:
             metrics["loss/kl"] = float(kl_loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.optim.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.spec.optim.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         metrics["loss/policy"] = float(policy_loss.detach())
@@ -233,7 +217,7 @@ class Learner:
             "scheduler": self.scheduler.state_dict(),
             "steps": self.steps,
         }
-        if self.reference is not None and self.cfg.kl.reference == "polyak":
+        if self.reference is not None and self.spec.kl.reference == "polyak":
             state["reference"] = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
         return state
 
@@ -243,40 +227,3 @@ class Learner:
         self.steps = int(state["steps"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
-
-
-class _KeepLogits:
-    """Wraps a model so the logits of its last forward stay reachable (for the entropy metric)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.dtype = getattr(model, "dtype", torch.float32)
-        self.logits: torch.Tensor | None = None
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def __call__(self, **kwargs: Any) -> Any:
-        out = self.model(**kwargs)
-        self.logits = out.logits
-        return out
-
-
-@torch.no_grad()
-def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of the next-token distribution that predicts each token, aligned like log-probs.
-
-    ``logits``: ``[R, L, V]``; returns float32 ``[R, L]`` with ``out[:, t]`` the entropy of
-    ``softmax(logits[:, t-1] / temperature)`` and ``out[:, 0] = 0``. One row at a time and
-    without grad, so at most one ``[L, V]`` temporary exists besides the logits.
-    """
-    num_rows, length = logits.shape[:2]
-    if length < 2 or num_rows == 0:
-        return torch.zeros((num_rows, length), dtype=torch.float32, device=logits.device)
-    rows = []
-    for r in range(num_rows):
-        row = logits[r, :-1].detach().float() / temperature  # [L-1, V]
-        log_z = torch.logsumexp(row, dim=-1)  # [L-1]
-        # H = log Z - sum_v p_v * z_v, with p = softmax(z).
-        rows.append(log_z - (torch.softmax(row, dim=-1) * row).sum(-1))
-    return torch.nn.functional.pad(torch.stack(rows), (1, 0))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from pathlib import Path
 from typing import Any
@@ -10,16 +9,21 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.plugins.contracts import EngineContext
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.data.rows import PromptEncoder, PromptSet, check_row_verifiers, load_prompt_set
+from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt_set
+from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.learner import Learner
+from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, build_learner
+from grpo_run.core.loop.evaluation import Evaluator
+from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
+from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
+from grpo_run.core.plugins.families import ENGINE, KL, LOSS, MODEL, SAMPLER, TRACKER, VERIFIER
 from grpo_run.core.plugins.host import PluginHost
+from grpo_run.core.plugins.types import EngineContext, SamplingParams
+from grpo_run.core.rollout.producer import RolloutProducer
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.scorer import RewardScorer
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @attrs.define
@@ -30,37 +34,68 @@ class RunParts:
     host: PluginHost
     run_dir: Path
     prompts: PromptSet
-    encoder: PromptEncoder
     tokenizer: Any
-    engine: Any
+    engine: GenerationEngine
     scorer: RewardScorer
-    sampler: Any
+    sampler: Sampler
     learner: Learner
-    trackers: list[Any]
+    trackers: list[Tracker]
+    producer: RolloutProducer
+    evaluator: Evaluator | None
 
-    def rollout_state(self) -> dict[str, Any]:
-        """What decides the next rollout batches: the sampler's state and, if it keeps one, the engine's."""
-        state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
-        engine_state = getattr(self.engine, "state_dict", None)
-        if engine_state is not None:
-            state["engine"] = engine_state()
-        return copy.deepcopy(state)  # a snapshot: the live objects keep moving
+    def loop_parts(self) -> LoopParts:
+        return LoopParts(self.producer, self.learner, self.engine, self.evaluator)
 
     def close(self) -> None:
-        for closer in (self.scorer.close, self.engine.close, *(t.close for t in self.trackers)):
+        for closer in (self.scorer.close, self.engine.close):
             try:
                 closer()
             except Exception as exc:  # shutting down: report, keep closing the rest
                 get_logger().warning("close_failed", error=f"{type(exc).__name__}: {exc}")
 
 
+def loop_settings(cfg: RunConfig) -> LoopSettings:
+    return LoopSettings(
+        total_steps=cfg.train.total_steps,
+        async_steps=cfg.rollout.async_steps,
+        local_eval_every=cfg.train.local_eval_every,
+        stop_at_eval_accuracy=cfg.train.stop_at_eval_accuracy,
+        max_runtime_s=cfg.train.max_runtime_s,
+        save_freq=cfg.checkpoint.save_freq,
+        algorithm=cfg.algorithm,
+    )
+
+
 def resolve_model_path(cfg: RunConfig, host: PluginHost) -> str:
     """A registered model name resolves through its plugin; anything else is a path or hub id."""
     name = cfg.model.name_or_path
-    if host.registry.has("model", name):
-        source_cls = host.registry.get("model", name)
+    if host.registry.has(MODEL, name):
+        source_cls = host.registry.get(MODEL, name)
         return source_cls(source_cls.Config()).resolve()
     return name
+
+
+def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id: int,
+                 policy_from: str | Path | None = None) -> LearnerSpec:
+    """The learner's part of ``cfg``, as a picklable spec."""
+    registry = host.registry
+    m = cfg.model
+    return LearnerSpec(
+        model=ModelSpec(
+            path=model_path, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
+            revision=m.revision, trust_remote_code=m.trust_remote_code,
+            gradient_checkpointing=m.gradient_checkpointing,
+            policy_from=str(policy_from) if policy_from is not None else None,
+        ),
+        algorithm=cfg.algorithm,
+        optim=cfg.optim,
+        kl=cfg.kl,
+        loss=ComponentSpec(registry.get(LOSS, cfg.loss.name), cfg.loss.config),
+        kl_estimator=ComponentSpec(registry.get(KL, cfg.kl.name), cfg.kl.config) if cfg.kl.beta > 0 else None,
+        temperature=cfg.rollout.temperature,
+        total_steps=cfg.train.total_steps,
+        pad_token_id=pad_token_id,
+    )
 
 
 def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: str | Path | None = None) -> RunParts:
@@ -71,7 +106,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     weights and the reference policy still come from ``model.name_or_path``.
     """
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()  # our own progress display owns the console
     log = get_logger()
@@ -79,76 +114,47 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     registry = host.registry
-    prompts = load_prompt_set(cfg, registry)
-    check_row_verifiers(prompts.train + prompts.eval, list(cfg.verifiers))
+    rows = load_rows(cfg, registry)
 
     model_path = resolve_model_path(cfg, host)
-    dtype = _DTYPES[cfg.model.dtype]
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
         )
-        policy = AutoModelForCausalLM.from_pretrained(
-            str(policy_from) if policy_from is not None else model_path,
-            dtype=dtype,
-            revision=cfg.model.revision,
-            attn_implementation=cfg.model.attn_implementation,
-            trust_remote_code=cfg.model.trust_remote_code,
-        ).to(cfg.model.device)
     except OSError as exc:  # missing directory, no hub access, missing files
-        raise UserError(f"model.name_or_path={cfg.model.name_or_path!r}: cannot load the model: {exc}") from None
+        raise UserError(f"model.name_or_path={cfg.model.name_or_path!r}: cannot load the tokenizer: {exc}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if cfg.model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
-    reference = None
-    if cfg.kl.beta > 0 and cfg.kl.reference != "none":  # frozen or Polyak: starts as the initial policy
-        reference = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=dtype, attn_implementation=cfg.model.attn_implementation
-        ).to(cfg.model.device)
-        reference.eval().requires_grad_(False)
-
     encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length)
-    prompts = _drop_long_prompts(prompts, encoder, log)
+    prompts = tokenise_prompt_set(rows.train, rows.eval, encoder)
+    if prompts.dropped:
+        log.warning("prompts_too_long_dropped", count=prompts.dropped,
+                    max_prompt_token_length=cfg.data.max_prompt_token_length)
 
-    engine_cls = registry.get("engine", cfg.engine.name)
-    engine = engine_cls(
+    learner = build_learner(learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from))
+    engine = registry.get(ENGINE, cfg.engine.name)(
         cfg.engine.config,
-        EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=dtype, device=cfg.model.device, seed=cfg.run.seed,
-                      attn_implementation=cfg.model.attn_implementation),
+        EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=learner.spec.model.torch_dtype,
+                      device=cfg.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
     )
     scorer = RewardScorer.from_config(
         cfg.scoring,
-        verifiers={name: (registry.get("verifier", name), conf) for name, conf in cfg.verifiers.items()},
+        verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
         default_verifier=cfg.data.default_verifier,
     )
-    sampler = registry.get("sampler", cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)
-    loss = registry.get("loss", cfg.loss.name)(cfg.loss.config)
-    kl = registry.get("kl", cfg.kl.name)(cfg.kl.config) if cfg.kl.beta > 0 else None
-    learner = Learner(cfg, policy, reference, loss, kl, pad_token_id=tokenizer.pad_token_id)
-    trackers_cfg = dict(cfg.trackers)
-    if "jsonl" not in trackers_cfg:
-        jsonl_cls = registry.get("tracker", "jsonl")
-        trackers_cfg = {"jsonl": jsonl_cls.Config(), **trackers_cfg}
-    trackers = [registry.get("tracker", name)(conf, str(run_dir)) for name, conf in trackers_cfg.items()]
+    sampler = registry.get(SAMPLER, cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)
+    trackers = [registry.get(TRACKER, name)(conf, str(run_dir)) for name, conf in cfg.trackers.items()]
+    r = cfg.rollout
+    params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
+                            temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
+    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout)
+    evaluator = Evaluator(engine, scorer, prompts.eval, r.response_length, r.stop_strings) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
-             parameters=sum(p.numel() for p in policy.parameters()))
-    return RunParts(cfg, host, run_dir, prompts, encoder, tokenizer, engine, scorer, sampler, learner, trackers)
+             parameters=sum(p.numel() for p in learner.policy.parameters()))
+    return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
+                    producer, evaluator)
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _drop_long_prompts(prompts: PromptSet, encoder: PromptEncoder, log: Any) -> PromptSet:
-    train = [r for r in prompts.train if encoder.fits(r)]
-    evals = [r for r in prompts.eval if encoder.fits(r)]
-    dropped = len(prompts.train) - len(train) + len(prompts.eval) - len(evals)
-    if dropped:
-        log.warning("prompts_too_long_dropped", count=dropped, max_prompt_token_length=encoder.max_prompt_tokens)
-    if not train:
-        raise UserError(
-            f"every training prompt is longer than data.max_prompt_token_length={encoder.max_prompt_tokens} tokens"
-        )
-    return PromptSet(train=train, eval=evals)

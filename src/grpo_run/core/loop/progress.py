@@ -6,6 +6,7 @@ import sys
 from collections.abc import Mapping
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
@@ -31,7 +32,12 @@ class RunProgress:
             self._progress.start()
 
     def message(self, text: str) -> None:
-        self.console.print(text)
+        """Print ``text`` as it is (never read as rich markup: ``[verifiers.math]`` stays)."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def warning(self, text: str) -> None:
+        """``warning: <text>``, the label styled, the text literal."""
+        self.console.print(Text.assemble(("warning:", "yellow"), " ", text), soft_wrap=True)
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
         if "eval/accuracy" in metrics:
@@ -47,7 +53,7 @@ class RunProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info)
         elif step % 10 == 0 or "eval/accuracy" in metrics or step == self.total:
-            self.console.print(f"step {step}/{self.total}  {info}")
+            self.console.print(f"step {step}/{self.total}  {info}", markup=False, highlight=False)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -1,177 +1,35 @@
-"""The component contracts: what each plugin family provides and what the engine calls.
+"""The family contracts: what each kind of plugin provides and what the engine calls.
 
 A component is a plain class with two class attributes:
 
 * ``name`` -- unique within its family (``"dapo"``, ``"math"``, ``"hf"``);
 * ``Config`` -- a frozen ``attrs`` class; the TOML table of the slot that selects the component is
-  structured into it (minus the ``name`` key) and the instance is passed to the constructor.
+  structured into it (minus the core keys such as ``name``) and the instance is passed to the
+  constructor.
 
 Plugins register component classes through the ``grpo_run_register_*`` hooks
-(:mod:`grpo_run.core.plugins.hookspecs`). The hot loop then calls the constructed objects directly.
-The protocols below are the contracts; components need not inherit from anything.
+(:mod:`grpo_run.core.plugins.hookspecs`). The hot loop then calls the constructed objects
+directly. The protocols below are the required members; components need not inherit from
+anything. Optional abilities (streaming, state, reward feedback ...) are the named protocols of
+:mod:`grpo_run.core.plugins.abilities`; the engine tests for them with ``isinstance``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-import attrs
-
-if TYPE_CHECKING:  # torch is only needed for annotations; keeps `import grpo_run` light
-    import torch
-
-# --------------------------------------------------------------------------------------------
-# Families
-# --------------------------------------------------------------------------------------------
-
-FAMILIES: tuple[str, ...] = (
-    "verifier",
-    "loss",
-    "kl",
-    "sampler",
-    "engine",
-    "task",
-    "model",
-    "tracker",
+from grpo_run.core.plugins.types import (
+    Completion,
+    EngineContext,
+    LossInputs,
+    LossOutput,
+    SamplingParams,
+    VerifierResult,
 )
-"""Every component family the engine knows; each has one registration hook."""
 
-
-@attrs.frozen
-class NoConfig:
-    """Config for a component that takes no options."""
-
-
-# --------------------------------------------------------------------------------------------
-# Data carried between stages
-# --------------------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class SamplingParams:
-    """How an engine should sample."""
-
-    n: int = 1
-    """Completions per prompt (G)."""
-    max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    greedy: bool = False
-    """Greedy decoding (evaluation); ``temperature``/``top_p`` are then ignored."""
-    stop_strings: tuple[str, ...] = ()
-    seed: int | None = None
-
-
-@attrs.frozen
-class Completion:
-    """One sampled completion, as produced by a generation engine."""
-
-    token_ids: tuple[int, ...]
-    """Generated tokens, including the stop/EOS token when generation stopped."""
-    logprobs: tuple[float, ...]
-    """Engine log-probability of each generated token (same length as ``token_ids``)."""
-    text: str
-    """Decoded completion without special tokens."""
-    finish_reason: str
-    """``"stop"`` (EOS or a stop string) or ``"length"`` (hit ``max_new_tokens``)."""
-    policy_version: int
-    """Learner step whose weights produced this completion."""
-
-
-@attrs.frozen
-class VerifierResult:
-    """A verifier's verdict on one completion."""
-
-    score: float
-    """Score before the verifier's weight is applied, within the verifier's ``score_range``
-    (``[0, 1]`` unless the verifier declares another)."""
-    applicable: bool = True
-    """False when the verifier has nothing to say about this row (it then adds nothing)."""
-    metrics: Mapping[str, float] = attrs.field(factory=dict)
-    """Extra named numbers, averaged per step under ``verifier/<name>/<key>``."""
-
-
-@attrs.frozen
-class VerifierConfig:
-    """Base config every verifier's ``Config`` should extend: the weight of its score."""
-
-    weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
-    """Reward contributed = weight x score."""
-
-
-def _finite(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {value}")
-
-
-@attrs.frozen
-class ShapingVerifierConfig(VerifierConfig):
-    """Config of a verifier that shapes every reward rather than checking an answer (``format``,
-    ``length``, ``non_stop_penalty``): it may gate the reward and, by default, scores every row.
-
-    The scorer reads ``mode``, ``gate_fail_reward`` and ``all_rows`` from *any* verifier config
-    that has them (extending this class is the easy way); without them a verifier is additive
-    and scores only the rows that name it.
-    """
-
-    mode: Literal["additive", "gate"] = "additive"
-    """``"additive"``: the row's reward gains ``weight x score``. ``"gate"``: the verifier adds
-    nothing (its weight is unused); when its score is below the top of its ``score_range``, or its
-    call failed, the row's total reward becomes ``gate_fail_reward`` whatever the other verifiers
-    gave (negative and above-maximum rewards included); otherwise the reward is left unchanged."""
-    gate_fail_reward: float = attrs.field(default=0.0, validator=_finite)
-    """The row's total reward when this gate fails (not scaled by ``scoring.verification_reward``);
-    when several gates fail the lowest of their ``gate_fail_reward`` applies."""
-    all_rows: bool = True
-    """Score every row, whatever its ``verifier`` column names (the verifier needs no ground
-    truth; it gets ``None``). False: only rows that name it."""
-
-
-FINISH_REASON_KEY = "finish_reason"
-"""Row key under which the scorer passes a completion's finish reason (``"stop"``, ``"length"``)
-to verifiers, when the caller gives one (``RewardScorer.score(..., finish_reasons=...)``)."""
-NUM_TOKENS_KEY = "num_tokens"
-"""Row key under which the scorer passes a completion's length in tokens, when the caller gives
-one (``RewardScorer.score(..., num_tokens=...)``)."""
-
-
-@attrs.frozen
-class LossInputs:
-    """Per-token tensors on packed learner rows, all shaped ``[rows, length]``.
-
-    Only positions where ``mask`` is true are completion tokens that carry a loss; everything
-    else (prompt tokens, padding) must contribute exactly zero.
-    """
-
-    logprobs: torch.Tensor
-    """log pi_theta(token), with grad."""
-    old_logprobs: torch.Tensor
-    """log pi_old(token), no grad (the policy that sampled, as the learner computes it)."""
-    advantages: torch.Tensor
-    """Group-relative advantage of the token's sequence, broadcast over its tokens."""
-    mask: torch.Tensor
-    """bool: true on completion tokens that count in the loss."""
-    seq_ids: torch.Tensor
-    """long: index of the sequence the token belongs to (``-1`` on padding)."""
-    num_seqs: int
-    """Number of sequences in the rows (``seq_ids`` range over ``0..num_seqs-1``)."""
-
-
-@attrs.frozen
-class LossOutput:
-    """What a loss returns: a per-token loss (aggregated by the engine) and metrics."""
-
-    per_token_loss: torch.Tensor
-    """``[rows, length]``; zero where ``mask`` is false."""
-    metrics: Mapping[str, torch.Tensor | float] = attrs.field(factory=dict)
-    """Scalar diagnostics (e.g. ``clip_frac_low``), averaged per step under ``loss/``."""
-
-
-# --------------------------------------------------------------------------------------------
-# Family protocols
-# --------------------------------------------------------------------------------------------
+if TYPE_CHECKING:
+    import torch
 
 
 @runtime_checkable
@@ -263,20 +121,6 @@ class Sampler(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
-
-
-@attrs.frozen
-class EngineContext:
-    """What the engine needs to build a generator."""
-
-    model_path: str
-    """Local directory (or hub id) of the starting weights in Hugging Face format."""
-    tokenizer: Any
-    """The run's tokenizer (a transformers tokenizer)."""
-    dtype: torch.dtype
-    device: str
-    seed: int
-    attn_implementation: str = "sdpa"
 
 
 @runtime_checkable

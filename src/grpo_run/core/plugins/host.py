@@ -1,4 +1,9 @@
-"""Builds the plugin manager and the component registry from installed distributions."""
+"""Builds the plugin manager and the component registry from installed distributions.
+
+One :class:`PluginHost` per process (or run): it owns the ``pluggy`` manager, the registry filled
+by the registration hooks of :data:`~grpo_run.core.plugins.families.FAMILIES`, and the list of
+distributions that contributed. Nothing is global; the host is passed to whoever needs it.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,46 @@ import importlib.metadata
 import os
 from collections.abc import Iterable
 
+import attrs
 import pluggy
 
-from grpo_run.core.plugins import hookspecs
 from grpo_run.core.errors import PluginError
-from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
+from grpo_run.core.plugins import hookspecs
+from grpo_run.core.plugins.families import FAMILIES
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar, did_you_mean
 
 ENTRY_POINT_GROUP = "grpo_run"
 OWN_DISTRIBUTION = "grpo-run"
 DISABLE_AUTOLOAD_ENV = "GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD"
 """When set (non-empty), only grpo-run's own entry points load; third-party ones are skipped."""
 
-# family -> registration hook name
-REGISTRATION_HOOKS: dict[str, str] = {
-    "verifier": "grpo_run_register_verifiers",
-    "loss": "grpo_run_register_losses",
-    "kl": "grpo_run_register_kl_estimators",
-    "sampler": "grpo_run_register_samplers",
-    "engine": "grpo_run_register_engines",
-    "task": "grpo_run_register_tasks",
-    "model": "grpo_run_register_models",
-    "tracker": "grpo_run_register_trackers",
-}
+
+@attrs.frozen
+class BrokenPlugin:
+    """A plugin that could not be loaded or registered (kept by a tolerant host)."""
+
+    entry_point: str
+    """``name = value`` of the entry point."""
+    distribution: str
+    version: str
+    error: str
 
 
 class PluginHost:
     """The plugin manager plus the registry built from it. Create one per process/run."""
 
     def __init__(
-        self, pm: pluggy.PluginManager, registry: ComponentRegistry, distributions: set[tuple[str, str]]
+        self,
+        pm: pluggy.PluginManager,
+        registry: ComponentRegistry,
+        distributions: set[tuple[str, str]],
+        broken: Iterable[BrokenPlugin] = (),
     ) -> None:
         self.pm = pm
         self.registry = registry
         self._distributions = distributions
+        self.broken: list[BrokenPlugin] = list(broken)
+        """Plugins skipped because they failed (only when built with ``tolerate_broken``)."""
 
     def distributions(self) -> list[tuple[str, str]]:
         """(name, version) of every distribution that contributed a plugin, sorted."""
@@ -58,7 +70,12 @@ class PluginHost:
         return failures
 
 
-def build_plugin_host(*, autoload: bool | None = None, extra_plugins: Iterable[tuple[object, str]] = ()) -> PluginHost:
+def build_plugin_host(
+    *,
+    autoload: bool | None = None,
+    extra_plugins: Iterable[tuple[object, str]] = (),
+    tolerate_broken: bool = False,
+) -> PluginHost:
     """Load plugins from the ``grpo_run`` entry points and register their components.
 
     :param autoload: load third-party entry points; defaults to true unless the environment
@@ -66,39 +83,92 @@ def build_plugin_host(*, autoload: bool | None = None, extra_plugins: Iterable[t
         built-in plugins) always load.
     :param extra_plugins: ``(plugin_object, distribution_name)`` pairs registered directly
         (tests, embedding).
+    :param tolerate_broken: a third-party plugin that fails to import, implements an unknown hook
+        or raises while registering is skipped and listed in :attr:`PluginHost.broken` instead of
+        raising :class:`PluginError` (``grpo-run plugins`` uses this to show what is broken).
+
+    Every failure names the plugin and its distribution. A hook implementation whose name is not
+    a grpo-run hook (``grpo_run_register_verifier`` for ``..._verifiers``) is an error: pluggy
+    would otherwise ignore it silently and the plugin would register nothing.
     """
     if autoload is None:
         autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     dist_of: dict[int, tuple[str, str]] = {}
+    broken: list[BrokenPlugin] = []
+
+    def fail(where: str, dist: tuple[str, str], message: str, cause: BaseException | None = None) -> None:
+        if tolerate_broken and _normalise(dist[0]) != _normalise(OWN_DISTRIBUTION):
+            broken.append(BrokenPlugin(where, dist[0], dist[1], message))
+            return
+        hint = f"; to run without third-party plugins set {DISABLE_AUTOLOAD_ENV}=1"
+        own = _normalise(dist[0]) == _normalise(OWN_DISTRIBUTION)
+        raise PluginError(f"plugin {where} from distribution {dist[0]!r}: {message}{'' if own else hint}") from cause
+
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
-        dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
-        if not autoload and _normalise(dist_name) != _normalise(OWN_DISTRIBUTION):
+        dist_id = (dist.metadata["Name"], dist.version) if dist is not None else ("<unknown>", "?")
+        if not autoload and _normalise(dist_id[0]) != _normalise(OWN_DISTRIBUTION):
             continue
         if pm.get_plugin(_plugin_id(ep)) is not None:
             continue  # the same distribution seen twice on sys.path
+        where = f"{ep.name!r} ({ep.value})"
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken third-party package must say who it is
-            raise PluginError(
-                f"cannot load plugin {ep.name!r} ({ep.value}) from distribution {dist_name!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        pm.register(plugin, name=_plugin_id(ep))
-        dist_of[id(plugin)] = (dist_name, dist.version if dist is not None else "?")
+            fail(where, dist_id, f"cannot be imported: {type(exc).__name__}: {exc}", exc)
+            continue
+        problem = _unknown_hooks(pm, plugin)
+        if problem:
+            fail(where, dist_id, problem)
+            continue
+        try:
+            pm.register(plugin, name=_plugin_id(ep))
+        except pluggy.PluginValidationError as exc:  # e.g. a hook with the wrong argument names
+            fail(where, dist_id, str(exc), exc)
+            continue
+        dist_of[id(plugin)] = dist_id
     for plugin, dist_name in extra_plugins:
-        pm.register(plugin)
+        problem = _unknown_hooks(pm, plugin)
+        if problem:
+            fail(repr(getattr(plugin, "__name__", plugin)), (dist_name, "?"), problem)
+            continue
+        try:
+            pm.register(plugin)
+        except pluggy.PluginValidationError as exc:
+            fail(repr(getattr(plugin, "__name__", plugin)), (dist_name, "?"), str(exc), exc)
+            continue
         dist_of[id(plugin)] = (dist_name, "?")
+    pm.check_pending()  # every hook implementation now matches a spec (checked above with names)
     registry = ComponentRegistry()
-    for family, hook_name in REGISTRATION_HOOKS.items():
-        caller = getattr(pm.hook, hook_name)
+    for fam in FAMILIES:
+        caller = getattr(pm.hook, fam.hook)
         # Call each implementation on its own so every class is attributed to its distribution.
         for impl in reversed(caller.get_hookimpls()):
-            dist_name, version = dist_of.get(id(impl.plugin), (impl.plugin_name, "?"))
-            impl.function(register=Registrar(registry, family, dist_name, version))
-    return PluginHost(pm, registry, set(dist_of.values()))
+            dist_id = dist_of.get(id(impl.plugin), (impl.plugin_name, "?"))
+            try:
+                impl.function(register=Registrar(registry, fam, *dist_id))
+            except PluginError:
+                raise  # duplicate names, bad classes: already name the distributions
+            except Exception as exc:
+                fail(repr(impl.plugin_name), dist_id, f"{fam.hook} raised {type(exc).__name__}: {exc}", exc)
+    return PluginHost(pm, registry, set(dist_of.values()), broken)
+
+
+def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str | None:
+    """A message naming the plugin's ``grpo_run_*`` functions that match no hook, or ``None``."""
+    known = {name for name in dir(pm.hook) if name.startswith("grpo_run_")}
+    unknown = []
+    for attr in dir(plugin):
+        if not attr.startswith("grpo_run_") or attr in known:
+            continue
+        if pm.parse_hookimpl_opts(plugin, attr) is not None or callable(getattr(plugin, attr, None)):
+            unknown.append(attr)
+    if not unknown:
+        return None
+    details = "; ".join(f"{name!r} is not a grpo-run hook{did_you_mean(name, sorted(known))}" for name in unknown)
+    return f"{details} (hooks: see docs/plugins.md)"
 
 
 def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:

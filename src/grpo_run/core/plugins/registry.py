@@ -12,21 +12,25 @@ import difflib
 import importlib
 import importlib.metadata
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
-from grpo_run.core.plugins.contracts import FAMILIES
 from grpo_run.core.errors import PluginError, UnknownComponentError
+from grpo_run.core.plugins.families import FAMILIES, Family, family
+
+T = TypeVar("T")
+FamilyRef = Family[T] | str
+"""A family, or its key (``"verifier"``)."""
 
 
 @attrs.frozen
-class ComponentEntry:
+class ComponentEntry(Generic[T]):
     """One registered component class and where it came from."""
 
-    family: str
+    family: Family[T]
     name: str
-    cls: type
+    cls: type[T]
     distribution: str
     version: str
 
@@ -41,53 +45,56 @@ class ComponentRegistry:
     """All registered components, by family and name."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, dict[str, ComponentEntry]] = {family: {} for family in FAMILIES}
+        self._entries: dict[str, dict[str, ComponentEntry]] = {f.key: {} for f in FAMILIES}
         self._imported: dict[tuple[str, str], ComponentEntry] = {}
 
-    def add(self, family: str, cls: type, distribution: str, version: str) -> None:
-        """Add ``cls`` to ``family``; a second component of the same name is a :class:`PluginError`."""
-        _check_component_class(family, cls, distribution)
-        name = cls.name
-        existing = self._entries[family].get(name)
+    def add(self, family_: FamilyRef[T], cls: type[T], distribution: str, version: str) -> None:
+        """Add ``cls`` to a family; a second component of the same name is a :class:`PluginError`."""
+        fam = family(family_)
+        _check_component_class(fam, cls, distribution)
+        name = cls.name  # type: ignore[attr-defined]
+        existing = self._entries[fam.key].get(name)
         if existing is not None:
             raise PluginError(
-                f"two plugins register a {family} named {name!r}: "
+                f"two plugins register a {fam.key} named {name!r}: "
                 f"{existing.cls.__module__}.{existing.cls.__qualname__} from distribution "
                 f"{existing.distribution!r} and {cls.__module__}.{cls.__qualname__} from distribution "
                 f"{distribution!r}; uninstall one of them"
             )
-        self._entries[family][name] = ComponentEntry(family, name, cls, distribution, version)
+        self._entries[fam.key][name] = ComponentEntry(fam, name, cls, distribution, version)
 
-    def get(self, family: str, name: str) -> type:
-        """The class registered as ``name`` in ``family``, or :class:`UnknownComponentError`."""
-        return self.entry(family, name).cls
+    def get(self, family_: FamilyRef[T], name: str) -> type[T]:
+        """The class registered as ``name`` in the family, or :class:`UnknownComponentError`."""
+        return self.entry(family_, name).cls
 
-    def entry(self, family: str, name: str) -> ComponentEntry:
-        """The entry of ``name`` in ``family``; a ``module:Class`` name is imported (see module doc)."""
-        if is_import_path(name) and name not in self._entries[family]:
-            key = (family, name)
+    def entry(self, family_: FamilyRef[T], name: str) -> ComponentEntry[T]:
+        """The entry of ``name`` in the family; a ``module:Class`` name is imported (see module doc)."""
+        fam = family(family_)
+        entries = self._entries[fam.key]
+        if is_import_path(name) and name not in entries:
+            key = (fam.key, name)
             if key not in self._imported:
-                self._imported[key] = import_component(family, name)
+                self._imported[key] = import_component(fam, name)
             return self._imported[key]
         try:
-            return self._entries[family][name]
+            return entries[name]
         except KeyError:
-            names = sorted(self._entries[family])
+            names = sorted(entries)
             raise UnknownComponentError(
-                f"no {family} named {name!r}{did_you_mean(name, names)}; "
+                f"no {fam.key} named {name!r}{did_you_mean(name, names)}; "
                 f"available: {', '.join(names) or 'none'}"
             ) from None
 
-    def has(self, family: str, name: str) -> bool:
-        """Whether ``name`` is registered in ``family`` (import paths are not looked up here)."""
-        return name in self._entries[family]
+    def has(self, family_: FamilyRef[Any], name: str) -> bool:
+        """Whether ``name`` is registered in the family (import paths are not looked up here)."""
+        return name in self._entries[family(family_).key]
 
-    def names(self, family: str) -> list[str]:
-        return sorted(self._entries[family])
+    def names(self, family_: FamilyRef[Any]) -> list[str]:
+        return sorted(self._entries[family(family_).key])
 
     def __iter__(self) -> Iterator[ComponentEntry]:
-        for family in FAMILIES:
-            yield from (self._entries[family][n] for n in sorted(self._entries[family]))
+        for fam in FAMILIES:
+            yield from (self._entries[fam.key][n] for n in sorted(self._entries[fam.key]))
 
 
 class Registrar:
@@ -97,28 +104,32 @@ class Registrar:
     so error messages and ``grpo-run plugins`` can say where each component comes from.
     """
 
-    def __init__(self, registry: ComponentRegistry, family: str, distribution: str, version: str) -> None:
+    def __init__(self, registry: ComponentRegistry, family_: FamilyRef[Any], distribution: str, version: str) -> None:
         self._registry = registry
-        self.family = family
+        self.family: Family[Any] = family(family_)
         self.distribution = distribution
         self.version = version
 
-    def __call__(self, cls: type) -> type:
+    def __call__(self, cls: type[T]) -> type[T]:
         self._registry.add(self.family, cls, self.distribution, self.version)
         return cls
 
 
-def _check_component_class(family: str, cls: Any, distribution: str) -> None:
-    where = f"{family} component {getattr(cls, '__qualname__', cls)!r} from distribution {distribution!r}"
+_STAND_INS = {"score": "score_batch"}
+"""A required member another one may replace: a batch verifier needs no per-call ``score``."""
+
+
+def _check_component_class(fam: Family[Any], cls: Any, distribution: str) -> None:
+    where = f"{fam.key} component {getattr(cls, '__qualname__', cls)!r} from distribution {distribution!r}"
     if not isinstance(cls, type):
         raise PluginError(f"{where}: register() takes a class, got {type(cls).__name__}")
-    problem = component_class_problem(cls)
+    problem = component_class_problem(cls, fam)
     if problem is not None:
         raise PluginError(f"{where}: {problem}")
 
 
-def component_class_problem(cls: Any) -> str | None:
-    """Why ``cls`` cannot be a component class, or ``None`` when it can."""
+def component_class_problem(cls: Any, fam: Family[Any] | None = None) -> str | None:
+    """Why ``cls`` cannot be a component class (of ``fam``, when given), or ``None`` when it can."""
     if not isinstance(cls, type):
         return f"it is {type(cls).__name__} {cls!r}, not a class"
     name = getattr(cls, "name", None)
@@ -127,52 +138,74 @@ def component_class_problem(cls: Any) -> str | None:
     config_cls = getattr(cls, "Config", None)
     if not (isinstance(config_cls, type) and attrs.has(config_cls)):
         return "it needs a class attribute 'Config' that is an attrs class"
+    if fam is not None:
+        missing = [
+            member
+            for member in required_methods(fam.protocol)
+            if not hasattr(cls, member) and not hasattr(cls, _STAND_INS.get(member, member))
+        ]
+        if missing:
+            return (
+                f"it lacks {', '.join(repr(m) for m in missing)} of the {fam.key} contract "
+                f"(grpo_run.{fam.protocol.__name__})"
+            )
     return None
+
+
+def required_methods(protocol: type) -> list[str]:
+    """The methods a family protocol requires (``__call__`` included, ``__init__`` not)."""
+    return sorted(
+        member
+        for member, value in vars(protocol).items()
+        if callable(value) and (member == "__call__" or not member.startswith("_"))
+    )
 
 def is_import_path(name: str) -> bool:
     """``"pkg.module:Class"`` names a component by import path; registered names have no colon."""
     return ":" in name
 
 
-def import_component(family: str, path: str) -> ComponentEntry:
+def import_component(family_: FamilyRef[T], path: str) -> ComponentEntry[T]:
     """Import ``module:attr`` and check it is a valid ``family`` component class.
 
     Every failure is an :class:`UnknownComponentError` saying what is wrong: a malformed path, a
     module that cannot be found or fails to import, a missing attribute, or an object that is not
     a component class (no ``name``/``Config``).
     """
+    fam = family(family_)
+    kind = fam.key
     module_name, _, attr_path = path.partition(":")
     if not module_name or not attr_path or ":" in attr_path:
         raise UnknownComponentError(
-            f"{family} {path!r}: an import path must look like 'package.module:ClassName'"
+            f"{kind} {path!r}: an import path must look like 'package.module:ClassName'"
         )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise UnknownComponentError(
-                f"{family} {path!r}: no module named {exc.name!r} (is the package installed in this environment?)"
+                f"{kind} {path!r}: no module named {exc.name!r} (is the package installed in this environment?)"
             ) from None
-        raise UnknownComponentError(f"{family} {path!r}: importing {module_name!r} failed: {exc}") from exc
+        raise UnknownComponentError(f"{kind} {path!r}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:  # the module's own code failed: say so, with the original error
         raise UnknownComponentError(
-            f"{family} {path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{kind} {path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
     obj: Any = module
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(module) if not n.startswith("_") and isinstance(getattr(module, n), type))
             raise UnknownComponentError(
-                f"{family} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
+                f"{kind} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
                 f"{did_you_mean(attr_path, public)}"
             )
         obj = getattr(obj, part)
-    problem = component_class_problem(obj)
+    problem = component_class_problem(obj, fam)
     if problem is not None:
-        raise UnknownComponentError(f"{family} {path!r} is not a valid {family} component: {problem}")
+        raise UnknownComponentError(f"{kind} {path!r} is not a valid {kind} component: {problem}")
     distribution = _distribution_of(module_name)
     version = _version_of(distribution)
-    return ComponentEntry(family, path, obj, distribution, version)
+    return ComponentEntry(fam, path, obj, distribution, version)
 
 
 def _distribution_of(module_name: str) -> str:

@@ -7,16 +7,18 @@ from typing import Literal
 import torch
 
 AdvantageKind = Literal["standard", "centered"]
+StdKind = Literal["sample", "population"]
 
 
 def group_advantages(
-    rewards: torch.Tensor, kind: AdvantageKind = "standard", eps: float = 1e-8
+    rewards: torch.Tensor, kind: AdvantageKind = "standard", eps: float = 1e-8, *, std: StdKind = "sample"
 ) -> torch.Tensor:
     """Advantages of ``rewards`` (``[num_groups, G]``, one row per prompt), same shape, float.
 
-    * ``"standard"``: ``(r - mean) / (std + eps)`` with the *sample* (unbiased, Bessel-corrected)
-      standard deviation, ``torch.std``'s default, as Open Instruct and the GRPO paper's reference
-      code use. It needs ``G >= 2``.
+    * ``"standard"``: ``(r - mean) / (std + eps)``. ``std = "sample"`` is the Bessel-corrected
+      standard deviation (``torch.std``'s default; verl and TRL use it); ``"population"`` divides
+      by ``G`` (numpy's ``.std()``; Open Instruct uses it). The sample std needs ``G >= 2``. For
+      ``G = 8`` the two differ by a factor sqrt(8/7) ~ 1.069.
     * ``"centered"``: ``r - mean`` (Dr. GRPO's choice: no per-group rescaling).
 
     A group whose rewards are all equal gets all-zero advantages either way.
@@ -27,11 +29,15 @@ def group_advantages(
     centered = r - r.mean(dim=1, keepdim=True)
     if kind == "centered":
         return centered
-    if kind == "standard":
+    if kind != "standard":
+        raise ValueError(f"unknown advantage kind {kind!r}; expected 'standard' or 'centered'")
+    if std == "sample":
         if r.shape[1] < 2:
-            raise ValueError("standard advantages need at least 2 samples per group (sample std)")
+            raise ValueError("standard advantages with the sample std need at least 2 samples per group")
         return centered / (r.std(dim=1, keepdim=True) + eps)
-    raise ValueError(f"unknown advantage kind {kind!r}; expected 'standard' or 'centered'")
+    if std == "population":
+        return centered / (r.std(dim=1, keepdim=True, correction=0) + eps)
+    raise ValueError(f"unknown std kind {std!r}; expected 'sample' or 'population'")
 
 
 def nonzero_std_mask(rewards: torch.Tensor) -> torch.Tensor:

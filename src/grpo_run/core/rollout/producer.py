@@ -1,83 +1,111 @@
 """Producing one rollout batch: sample prompts, generate, score each group as it completes.
 
-Engines that can stream (``generate_stream``, yielding ``(prompt_index, completions)`` as groups
-finish) get every group scored while the rest are still generating; others are scored when
-their ``generate`` call returns. Samplers with ``wants_nonzero_std = True`` (active sampling)
-get more prompts drawn until the batch holds enough groups with a reward spread.
+A :class:`~grpo_run.StreamingEngine` gets every group scored while the rest are still
+generating; other engines are scored when their ``generate`` call returns. A
+:class:`~grpo_run.RefillingSampler` (active sampling) gets more prompts drawn until the batch
+holds enough groups with a reward spread; a :class:`~grpo_run.RewardFeedbackSampler` hears every
+group's rewards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grpo_run.core.plugins.contracts import Completion, SamplingParams
+from grpo_run.core.data.prompts import PromptEncoder
+from grpo_run.core.plugins.abilities import RefillingSampler, RewardFeedbackSampler, Stateful, StreamingEngine
+from grpo_run.core.plugins.contracts import GenerationEngine, Sampler
+from grpo_run.core.plugins.types import Completion, SamplingParams
 from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup
 from grpo_run.core.runlog import get_logger
-from grpo_run.core.loop.build import RunParts
+from grpo_run.core.scoring.metrics import ScoringMetrics
+from grpo_run.core.scoring.scorer import RewardScorer
 
 MAX_REFILL_ROUNDS = 8
 """Active sampling: draw at most this many extra rounds before training on what there is."""
 
 
 class RolloutProducer:
-    """Makes :class:`RolloutBatch` objects from the run's sampler, engine and scorer."""
+    """Makes :class:`RolloutBatch` objects from a sampler, an engine and a scorer."""
 
-    def __init__(self, parts: RunParts) -> None:
-        self.parts = parts
-        cfg = parts.cfg
-        self.params = SamplingParams(
-            n=cfg.rollout.num_samples_per_prompt_rollout,
-            max_new_tokens=cfg.rollout.response_length,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            stop_strings=tuple(cfg.rollout.stop_strings),
-        )
-        self.num_prompts = cfg.rollout.num_unique_prompts_rollout
-        self.refill = bool(getattr(parts.sampler, "wants_nonzero_std", False))
+    def __init__(
+        self,
+        sampler: Sampler,
+        engine: GenerationEngine,
+        scorer: RewardScorer,
+        encoder: PromptEncoder,
+        params: SamplingParams,
+        num_prompts: int,
+    ) -> None:
+        self.sampler = sampler
+        self.engine = engine
+        self.scorer = scorer
+        self.encoder = encoder
+        self.params = params
+        self.num_prompts = num_prompts
+        self.refill = isinstance(sampler, RefillingSampler) and bool(sampler.wants_nonzero_std)
         self.log = get_logger()
+
+    def rollout_state(self) -> dict[str, Any]:
+        """What decides the next rollout batches: the sampler's state and, if it keeps one, the
+        engine's -- a snapshot (deep copy): the live objects keep moving."""
+        state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
+        if isinstance(self.engine, Stateful):
+            state["engine"] = self.engine.state_dict()
+        return copy.deepcopy(state)
+
+    def load_rollout_state(self, state: Mapping[str, Any]) -> None:
+        """Undo :meth:`rollout_state` (resuming)."""
+        self.sampler.load_state_dict(state["sampler"])
+        if "engine" in state and isinstance(self.engine, Stateful):
+            self.engine.load_state_dict(state["engine"])
 
     async def produce(self, index: int) -> RolloutBatch:
         """Generate and score batch ``index``."""
         start = time.perf_counter()
-        groups = await self._round(self.parts.sampler.sample(self.num_prompts))
-        generation_s = time.perf_counter() - start
+        stats = ScoringMetrics()
+        groups = await self._round(self.sampler.sample(self.num_prompts), stats)
         if self.refill:
-            groups = [g for g in groups if _has_spread(g)]
+            groups = [g for g in groups if g.has_spread]
             rounds = 0
             while len(groups) < self.num_prompts and rounds < MAX_REFILL_ROUNDS:
                 rounds += 1
-                more = await self._round(self.parts.sampler.sample(self.num_prompts - len(groups)))
-                groups.extend(g for g in more if _has_spread(g))
+                more = await self._round(self.sampler.sample(self.num_prompts - len(groups)), stats)
+                groups.extend(g for g in more if g.has_spread)
             if len(groups) < self.num_prompts:
                 self.log.warning("active_sampling_short_batch", step=index, groups=len(groups), rounds=rounds)
-            generation_s = time.perf_counter() - start
-        return RolloutBatch(index, groups, generation_s, self.parts.scorer.pop_metrics())
+        return RolloutBatch(index, groups, time.perf_counter() - start, stats.report())
 
-    async def _round(self, rows: Sequence[Mapping[str, Any]]) -> list[RolloutGroup]:
-        prompt_ids = [self.parts.encoder.encode(r) for r in rows]
-        engine = self.parts.engine
+    async def _round(self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics) -> list[RolloutGroup]:
+        prompt_ids = [self.encoder.encode(r) for r in rows]
         tasks: dict[int, asyncio.Task] = {}
-        stream = getattr(engine, "generate_stream", None)
         try:
-            if stream is not None:
-                async for i, comps in stream(prompt_ids, self.params):
+            if isinstance(self.engine, StreamingEngine):
+                async for i, comps in self.engine.generate_stream(prompt_ids, self.params):
                     tasks[i] = asyncio.create_task(self._score_group(rows[i], prompt_ids[i], comps))
             else:
-                all_comps = await engine.generate(prompt_ids, self.params)
+                all_comps = await self.engine.generate(prompt_ids, self.params)
                 for i, comps in enumerate(all_comps):
                     tasks[i] = asyncio.create_task(self._score_group(rows[i], prompt_ids[i], comps))
             # Prompt order, whatever order the groups finished in.
-            return list(await asyncio.gather(*(tasks[i] for i in sorted(tasks))))
+            groups = []
+            for i in sorted(tasks):
+                group, group_stats = await tasks[i]
+                stats.merge(group_stats)
+                groups.append(group)
+            return groups
         except BaseException:
             for task in tasks.values():
                 task.cancel()
             raise
 
-    async def _score_group(self, row: Mapping[str, Any], prompt_ids: list[int], comps: Sequence[Completion]) -> RolloutGroup:
-        scored = await self.parts.scorer.score(
+    async def _score_group(
+        self, row: Mapping[str, Any], prompt_ids: list[int], comps: Sequence[Completion]
+    ) -> tuple[RolloutGroup, ScoringMetrics]:
+        scored = await self.scorer.score(
             [row] * len(comps), [c.text for c in comps], finish_reasons=[c.finish_reason for c in comps],
             num_tokens=[len(c.token_ids) for c in comps],
         )
@@ -87,12 +115,8 @@ class RolloutProducer:
             completions=list(comps),
             rewards=[s.reward for s in scored],
             max_reward=max((s.max_reward for s in scored), default=0.0),
+            scores=[dict(s.scores) for s in scored],
         )
-        update = getattr(self.parts.sampler, "update", None)
-        if update is not None:
-            update(str(row["id"]), group.rewards, group.max_reward)
-        return group
-
-
-def _has_spread(group: RolloutGroup) -> bool:
-    return max(group.rewards) - min(group.rewards) > 1e-12
+        if isinstance(self.sampler, RewardFeedbackSampler):
+            self.sampler.update(str(row["id"]), group.rewards, group.max_reward)
+        return group, scored.stats

@@ -10,7 +10,7 @@ import attrs
 import torch
 
 from grpo_run.core.rollout.advantages import group_advantages, nonzero_std_mask
-from grpo_run.core.plugins.contracts import Completion
+from grpo_run.core.plugins.types import Completion, is_solved
 from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.rollout.packing import SequenceToPack
 
@@ -24,6 +24,13 @@ class RolloutGroup:
     completions: list[Completion]
     rewards: list[float]
     max_reward: float
+    scores: list[dict[str, float]] = attrs.Factory(list)
+    """Each completion's unweighted score per verifier (empty when not recorded)."""
+
+    @property
+    def has_spread(self) -> bool:
+        """Whether the rewards are not all equal (the group carries a learning signal)."""
+        return max(self.rewards) - min(self.rewards) > 1e-12
 
 
 @attrs.frozen
@@ -44,7 +51,7 @@ def build_sequences(
     if not batch.groups:  # active sampling found no group with a reward spread
         return [], {"rollout/real_batch_size_ratio": 0.0, "rollout/sequences_trained": 0.0}
     rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
-    advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps)
+    advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps, std=alg.advantage_std)
     keep = nonzero_std_mask(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)
     seqs: list[SequenceToPack] = []
     all_completions = [c for g in batch.groups for c in g.completions]
@@ -66,12 +73,11 @@ def build_sequences(
                 )
             )
     lengths = torch.tensor([len(c.token_ids) for c in all_completions], dtype=torch.float64)
-    max_rewards = torch.tensor([[g.max_reward] * len(g.rewards) for g in batch.groups], dtype=torch.float64)
     versions = [c.policy_version for c in all_completions]
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-        "reward/solve_rate": float((rewards >= max_rewards - 1e-9).double().mean()),
+        "reward/solve_rate": sum(is_solved(r, g.max_reward) for g in batch.groups for r in g.rewards) / rewards.numel(),
         "rollout/real_batch_size_ratio": float(keep.double().mean()),
         "rollout/sequences_trained": float(len(seqs)),
         "rollout/response_length_mean": float(lengths.mean()),

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from grpo_run.core.errors import RunError
+from grpo_run.core.plugins.abilities import AsyncClosable
 from grpo_run.core.scoring.policy import VerifierPolicy
 from grpo_run.core.scoring.workers import (
     CallOutcome,
@@ -81,11 +82,10 @@ class AsyncVerifiers:
         """Await ``aclose()`` of every built verifier that has one; failures are logged."""
         instances, self._instances = self._instances, None
         for name, verifier in (instances or {}).items():
-            closer = getattr(verifier, "aclose", None)
-            if closer is None:
+            if not isinstance(verifier, AsyncClosable):
                 continue
             try:
-                await closer()
+                await verifier.aclose()
             except Exception as exc:  # shutting down: report, keep closing the rest
                 logger.warning("verifier aclose failed", verifier=name, error=describe_exception(exc))
 

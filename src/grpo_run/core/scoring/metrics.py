@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from grpo_run.core.errors import RunError
+from grpo_run.core.plugins.types import reaches
 from grpo_run.core.scoring.workers import CallOutcome
 
 STANDARD_KEYS = (
@@ -56,9 +58,17 @@ class VerifierStats:
 
 
 class ScoringMetrics:
-    """Accumulates call outcomes per verifier and reports them as flat step metrics."""
+    """Accumulates call outcomes per verifier and reports them as flat step metrics.
 
-    def __init__(self) -> None:
+    One instance per scoring call (:class:`~grpo_run.core.scoring.scorer.ScoredBatch.stats`);
+    :meth:`merge` adds another call's, so a step's metrics are exactly its own calls'.
+
+    :param score_tops: the top of each verifier's declared score range: ``correct_rate`` is the
+        share of applicable scores that reach it (1.0 for a verifier not listed).
+    """
+
+    def __init__(self, score_tops: Mapping[str, float] | None = None) -> None:
+        self._tops = dict(score_tops or {})
         self._stats: dict[str, VerifierStats] = {}
         self._row_errors = 0
         self._rows = 0
@@ -76,12 +86,30 @@ class ScoringMetrics:
         """A row that could not be fully dispatched (e.g. it names a verifier not enabled)."""
         self._row_errors += 1
 
-    def pop(self) -> dict[str, float]:
-        """Metrics since the last pop, then reset. Only verifiers that had calls report; a mean
+    def merge(self, other: ScoringMetrics) -> ScoringMetrics:
+        """Add ``other``'s counts to these; returns self."""
+        self._tops.update(other._tops)
+        for name, theirs in other._stats.items():
+            mine = self._stats.setdefault(name, VerifierStats())
+            mine.calls += theirs.calls
+            mine.scores += theirs.scores
+            mine.latencies_s += theirs.latencies_s
+            mine.errors += theirs.errors
+            mine.timeouts += theirs.timeouts
+            for key, values in theirs.extra.items():
+                mine.extra[key] += values
+        self._row_errors += other._row_errors
+        self._rows += other._rows
+        self._gated += other._gated
+        return self
+
+    def report(self) -> dict[str, float]:
+        """The metrics of everything added. Only verifiers that had calls report; a mean
         with nothing to average (no applicable call, no call that returned) is left out, not NaN.
         ``calls`` counts every call, ``count`` the applicable ones (those in ``mean_score``);
-        ``correct_rate`` is the share of applicable scores equal to 1. ``scoring/gated_fraction``
-        is the share of rows whose reward a failed gate replaced (only when rows were scored)."""
+        ``correct_rate`` is the share of applicable scores at the top of the verifier's score
+        range. ``scoring/gated_fraction`` is the share of rows whose reward a failed gate replaced
+        (only when rows were scored)."""
         metrics: dict[str, float] = {}
         for name, stats in sorted(self._stats.items()):
             prefix = f"verifier/{name}/"
@@ -93,8 +121,9 @@ class ScoringMetrics:
             metrics[prefix + "calls"] = float(stats.calls)
             metrics[prefix + "count"] = float(len(scores))
             if scores:
+                top = self._tops.get(name, 1.0)
                 metrics[prefix + "mean_score"] = sum(scores) / len(scores)
-                metrics[prefix + "correct_rate"] = sum(s == 1.0 for s in scores) / len(scores)
+                metrics[prefix + "correct_rate"] = sum(reaches(s, top) for s in scores) / len(scores)
             if latencies_ms:
                 metrics[prefix + "latency_p50_ms"] = percentile(latencies_ms, 50.0)
                 metrics[prefix + "latency_p95_ms"] = percentile(latencies_ms, 95.0)
@@ -103,8 +132,6 @@ class ScoringMetrics:
         metrics["scoring/row_errors"] = float(self._row_errors)
         if self._rows:
             metrics["scoring/gated_fraction"] = self._gated / self._rows
-        self._stats = {}
-        self._row_errors = self._rows = self._gated = 0
         return metrics
 
 

@@ -1,9 +1,9 @@
 """How the scorer treats each enabled verifier, read once from its class and config.
 
-The verifier contract (:class:`grpo_run.core.plugins.contracts.Verifier`) lets a verifier be sync or
-async, batched, declare a score range, gate the reward and score every row. This module turns
-those optional class attributes and config fields into one :class:`VerifierPolicy` per verifier,
-so the rest of the runtime never probes a verifier with ``getattr``.
+The verifier contract (:class:`~grpo_run.Verifier` and the abilities ``BatchVerifier``,
+``CapsBatchSize``, ``DeclaresScoreRange``, ``ShapingConfig``) lets a verifier be sync or async,
+batched, declare a score range, gate the reward and score every row. This module reads those
+once into one :class:`VerifierPolicy` per verifier, so the rest of the runtime asks the policy.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from grpo_run.core.plugins.abilities import BatchVerifier, CapsBatchSize, DeclaresScoreRange, ShapingConfig
+from grpo_run.core.plugins.contracts import Verifier
+from grpo_run.core.plugins.types import VerifierConfig
 
 DEFAULT_SCORE_RANGE = (0.0, 1.0)
 DEFAULT_MAX_BATCH_SIZE = 64
@@ -45,9 +49,12 @@ class VerifierPolicy:
 
 def score_range_of(cls: type, config: Any) -> tuple[float, float]:
     """The verifier's declared score range: the config's ``score_range``, else the class's, else [0, 1]."""
-    declared = getattr(config, "score_range", None)
-    if declared is None:
-        declared = getattr(cls, "score_range", DEFAULT_SCORE_RANGE)
+    if isinstance(config, DeclaresScoreRange):
+        declared: Any = config.score_range
+    elif isinstance(cls, DeclaresScoreRange):
+        declared = cls.score_range
+    else:
+        declared = DEFAULT_SCORE_RANGE
     try:
         low, high = (float(x) for x in declared)
     except (TypeError, ValueError):
@@ -60,26 +67,26 @@ def score_range_of(cls: type, config: Any) -> tuple[float, float]:
 def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
     """Read a verifier's policy; :class:`ValueError` (naming the verifier) when it is inconsistent."""
     try:
-        mode = getattr(config, "mode", "additive")
+        shaping = isinstance(config, ShapingConfig)
+        mode = config.mode if shaping else "additive"
         if mode not in ("additive", "gate"):
             raise ValueError(f"mode must be 'additive' or 'gate', got {mode!r}")
-        batch = getattr(cls, "score_batch", None)
-        score = getattr(cls, "score", None)
-        if batch is None and score is None:
+        batched = isinstance(cls, BatchVerifier)
+        if not batched and not isinstance(cls, Verifier):
             raise ValueError("has neither score nor score_batch")
-        is_async = inspect.iscoroutinefunction(batch if batch is not None else score)
-        max_batch = int(getattr(cls, "max_batch_size", DEFAULT_MAX_BATCH_SIZE))
+        is_async = inspect.iscoroutinefunction(cls.score_batch if batched else cls.score)
+        max_batch = int(cls.max_batch_size) if isinstance(cls, CapsBatchSize) else DEFAULT_MAX_BATCH_SIZE
         if max_batch < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch}")
         return VerifierPolicy(
             name=name,
-            weight=float(getattr(config, "weight", 1.0)),
+            weight=float(config.weight) if isinstance(config, VerifierConfig) else 1.0,
             gate=mode == "gate",
-            gate_fail_reward=float(getattr(config, "gate_fail_reward", 0.0)),
-            all_rows=bool(getattr(config, "all_rows", False)),
+            gate_fail_reward=float(config.gate_fail_reward) if shaping else 0.0,
+            all_rows=bool(config.all_rows) if shaping else False,
             score_range=score_range_of(cls, config),
             is_async=is_async,
-            batched=batch is not None,
+            batched=batched,
             max_batch_size=max_batch,
         )
     except ValueError as exc:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
-from grpo_run.core.plugins.contracts import FINISH_REASON_KEY, NUM_TOKENS_KEY
+from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reaches
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
@@ -59,6 +59,28 @@ class ScoredCompletion:
     """Why some verifier gave no real score (timeout, exception, not enabled); None when all did."""
     gated: bool = False
     """A gate failed, so ``reward`` is its ``gate_fail_reward``."""
+
+
+class ScoredBatch(Sequence[ScoredCompletion]):
+    """What one :meth:`RewardScorer.score` call returns: the results, in order, and the
+    statistics of exactly these calls (``metrics()`` reports them as step metrics; ``stats`` can
+    be merged with other calls' into one step's)."""
+
+    __slots__ = ("results", "stats")
+
+    def __init__(self, results: list[ScoredCompletion], stats: ScoringMetrics) -> None:
+        self.results = results
+        self.stats = stats
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def metrics(self) -> dict[str, float]:
+        """``verifier/<name>/...`` and ``scoring/...`` metrics of this call (see :class:`ScoringMetrics`)."""
+        return self.stats.report()
 
 
 @attrs.frozen
@@ -127,7 +149,7 @@ class RewardScorer:
         self.default_verifier = default_verifier
         self.max_logged_errors = max_logged_errors
         self.verification_reward = float(verification_reward)
-        self._metrics = ScoringMetrics()
+        self._score_tops = {name: policy.score_range[1] for name, policy in self._policies.items()}
         self._guard = ErrorRateGuard(max_error_rate, error_window, min(error_min_calls, error_window))
         self._logged: dict[str, int] = {}
         self._async = AsyncVerifiers(async_specs, self._policies, timeout_s)
@@ -197,17 +219,15 @@ class RewardScorer:
         completions: Sequence[str],
         finish_reasons: Sequence[str] | None = None,
         num_tokens: Sequence[int] | None = None,
-        *,
-        record_metrics: bool = True,
-    ) -> list[ScoredCompletion]:
+    ) -> ScoredBatch:
         """Score ``completions[i]`` against ``rows[i]``; never blocks the event loop.
 
         ``finish_reasons[i]`` / ``num_tokens[i]``, when given, reach the verifiers in the row
-        mapping under ``"finish_reason"`` / ``"num_tokens"``. With ``record_metrics=False`` the
-        calls stay out of :meth:`pop_metrics` (evaluation, so that it does not mix into a
-        training step scored concurrently); failures are still logged and count toward the
-        error-rate limit. Raises :class:`~grpo_run.core.errors.RunError` when a verifier's error
-        rate is over the limit.
+        mapping under ``"finish_reason"`` / ``"num_tokens"``. Returns the results in order, with
+        the metrics of *this* call (so concurrent calls -- groups of several batches in flight,
+        an evaluation -- never mix their statistics). Failures are logged and count toward the
+        error-rate limit: raises :class:`~grpo_run.core.errors.RunError` when a verifier's error
+        rate is over it.
         """
         if self._closed:
             raise RuntimeError("RewardScorer.score() called after close()")
@@ -215,6 +235,7 @@ class RewardScorer:
         for label, values in per_row:
             if values is not None and len(values) != len(rows):
                 raise ValueError(f"{len(rows)} rows but {len(values)} {label}")
+        stats = ScoringMetrics(self._score_tops)
         planned: list[_Planned] = []
         calls: list[VerifierCall] = []
         row_errors: list[list[str]] = [[] for _ in rows]
@@ -227,26 +248,18 @@ class RewardScorer:
             for name, gold in self._plan_row(row, row_errors[i]):
                 planned.append(_Planned(i, name))
                 calls.append(VerifierCall(name, completion, gold, {**row, **extra}))
-            if row_errors[i] and record_metrics:
-                self._metrics.add_row_error()
+            if row_errors[i]:
+                stats.add_row_error()
                 self._log_failure("row cannot be fully scored", None, row, "; ".join(row_errors[i]))
         outcomes = await self._run(calls) if calls else []
-        metrics = self._metrics if record_metrics else ScoringMetrics()
-        results = self._combine(rows, planned, outcomes, row_errors, metrics)
+        results = self._combine(rows, planned, outcomes, row_errors, stats)
         gated = sum(r.gated for r in results)
-        metrics.add_rows(len(results), gated)
+        stats.add_rows(len(results), gated)
         if gated == len(results) > 1:
             hint = "check that the prompts ask for what the gating verifiers require"
             self._log_failure("every row failed a gate: all rewards are a gate_fail_reward", "<gates>", rows[0], hint)
         self._guard.check()
-        return results
-
-    def pop_metrics(self) -> dict[str, float]:
-        """Metrics since the last pop: ``verifier/<name>/{calls, count, mean_score, correct_rate,
-        latency_p50_ms, latency_p95_ms, errors, timeouts}`` for each verifier that had calls, its
-        own ``VerifierResult.metrics`` averaged under the same prefix, ``scoring/row_errors`` and
-        ``scoring/gated_fraction``."""
-        return self._metrics.pop()
+        return ScoredBatch(results, stats)
 
     async def aclose(self) -> None:
         """Close from inside the event loop: await the async verifiers' ``aclose()``, then :meth:`close`."""
@@ -325,7 +338,7 @@ class RewardScorer:
             if not policy.gate:
                 additive[plan.row] += policy.weight * outcome.score
                 maxima[plan.row] += policy.max_contribution
-            elif outcome.error is not None or outcome.score < policy.score_range[1]:
+            elif outcome.error is not None or not reaches(outcome.score, policy.score_range[1]):
                 current = gate_rewards[plan.row]
                 fail = policy.gate_fail_reward
                 gate_rewards[plan.row] = fail if current is None else min(current, fail)

@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.plugins.contracts import VerifierResult
+from grpo_run.core.plugins.types import VerifierResult
 from grpo_run.core.errors import RunError
 from grpo_run.core.scoring.policy import VerifierPolicy, verifier_policy
 

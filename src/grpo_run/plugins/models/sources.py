@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attrs
 
-from grpo_run.core.plugins.contracts import NoConfig
+from grpo_run import NoConfig
 from grpo_run.plugins.models.char_tokenizer import CHARACTERS, SPECIAL_TOKENS, build_char_tokenizer
 from grpo_run.plugins.models.tiny_llama import TinyLlamaSize, build_tiny_llama
 

@@ -7,13 +7,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from grpo_run.core.errors import RunError
+from grpo_run import ConfigIssue, RunConfig, RunError, is_solved
 from grpo_run.plugins.samplers.common import ShuffledEpochs
-
-PASS_TOLERANCE = 1e-6
-"""A reward counts as a pass when it is within this (relative to ``max(1, |max_reward|)``) of
-``max_reward``: weighted reward sums such as ``0.7 + 0.3`` need not be bit-exact."""
-
 
 class AllPromptsRetiredError(RunError):
     """Every prompt has been retired: the active sampler has nothing left to draw."""
@@ -28,11 +23,23 @@ class ActiveSamplerConfig:
         validator=attrs.validators.optional([attrs.validators.gt(0.0), attrs.validators.le(1.0)]),
     )
     """A prompt whose latest group's pass rate (fraction of rewards equal to the maximum possible
-    reward) is at least this, in ``(0, 1]``, is retired for good. The default 1.0 retires only
+    reward, :func:`grpo_run.is_solved`) is at least this, in ``(0, 1]``, is retired for good. The default 1.0 retires only
     prompts that every sample solved (their groups have zero reward spread and teach nothing);
     lower values retire mostly-solved prompts too. ``None`` (from Python) never retires."""
     shuffle: bool = True
     """Reshuffle the rows at the start of every epoch (pass over the data)."""
+
+    def check_run(self, run: RunConfig) -> list[ConfigIssue]:
+        """Active sampling replaces groups without a reward spread; the zero-std filter must drop them."""
+        if run.algorithm.filter_zero_std_samples:
+            return []
+        return [
+            ConfigIssue(
+                "sampler.name",
+                'is "active", which needs algorithm.filter_zero_std_samples = true '
+                "(it draws more prompts to replace the zero-std groups that filter drops)",
+            )
+        ]
 
 
 class ActiveSampler:
@@ -113,8 +120,7 @@ class ActiveSampler:
             raise KeyError(f"active sampler: no prompt with id {row_id!r}")
         if not rewards:
             raise ValueError(f"active sampler: empty reward group for prompt {row_id!r}")
-        tolerance = PASS_TOLERANCE * max(1.0, abs(max_reward))
-        passed = sum(1 for r in rewards if r >= max_reward - tolerance)
+        passed = sum(1 for r in rewards if is_solved(r, max_reward))
         rate = passed / len(rewards)
         self.pass_rates[row_id] = rate
         threshold = self.config.no_resampling_pass_rate

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from grpo_run.plugins.samplers.common import ShuffledEpochs
 
 
 @attrs.frozen
@@ -18,7 +19,10 @@ class UniformSamplerConfig:
 
 
 class UniformSampler:
-    """Draws rows without replacement within an epoch; every row once per epoch."""
+    """Draws rows without replacement within an epoch; every row once per epoch.
+
+    The order is :class:`ShuffledEpochs`' for ``seed``; the state is its ``{"epoch", "position"}``.
+    """
 
     name = "uniform"
     Config = UniformSamplerConfig
@@ -28,32 +32,13 @@ class UniformSampler:
             raise ValueError("the uniform sampler needs at least one row")
         self.config = config
         self.rows = rows
-        self.seed = seed
-        self.epoch = 0
-        self.position = 0
-        self._order = self._epoch_order()
-
-    def _epoch_order(self) -> list[int]:
-        order = list(range(len(self.rows)))
-        if self.config.shuffle:
-            random.Random(self.seed * 7919 + self.epoch).shuffle(order)
-        return order
+        self.cursor = ShuffledEpochs(len(rows), seed, config.shuffle)
 
     def sample(self, n: int) -> list[Mapping[str, Any]]:
-        out = []
-        while len(out) < n:
-            if self.position == len(self._order):
-                self.epoch += 1
-                self.position = 0
-                self._order = self._epoch_order()
-            out.append(self.rows[self._order[self.position]])
-            self.position += 1
-        return out
+        return [self.rows[self.cursor.next()] for _ in range(n)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
+        return self.cursor.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.position = int(state["position"])
-        self._order = self._epoch_order()
+        self.cursor.load_state_dict(state)

@@ -12,7 +12,7 @@ names are configurable; ``think_tag = ""`` expects only the answer block, and
 
 It scores every row by default (``all_rows``) and is additive or a gate (``mode``): as a gate
 the row's whole reward becomes ``gate_fail_reward`` when the format is wrong. The scorer applies
-both; see :class:`grpo_run.core.plugins.contracts.ShapingVerifierConfig`.
+both; see :class:`grpo_run.ShapingVerifierConfig`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from grpo_run.core.plugins.contracts import ShapingVerifierConfig
+from grpo_run import ShapingVerifierConfig
 
 _TAG_NAME = re.compile(r"[A-Za-z_][\w.:-]*")
 

@@ -17,10 +17,11 @@ when all are followed. IFEval's *strict* check looks at the response as it is; i
 without ``*`` markup. A reasoning section (everything up to the last ``</think>``) is removed first
 unless ``strip_thinking = false``; an empty response follows no constraint.
 
-A broken ground truth (unknown id, missing or unexpected kwargs) raises :class:`ValueError` naming
-the id, so the scorer counts the row as an error. A checker that crashes on a completion (the
-library has a few index errors on degenerate text) counts as "not followed" and in
-``metrics["checker_errors"]``.
+A broken ground truth (unknown id; missing, unexpected or invalid kwargs, such as a letter ``"ab"``
+or ``num_words = -5``, which the library would silently replace by random values) raises
+:class:`ValueError` naming the id, the argument and its value, so the scorer counts the row as an
+error. A checker that crashes on a completion (the library has a few index errors on degenerate
+text) counts as "not followed" and in ``metrics["checker_errors"]``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, ClassVar
 import attrs
 
 from grpo_run import VerifierConfig, VerifierResult
-from grpo_run.plugins.verifiers.ifeval_library import load_library
+from grpo_run.plugins.verifiers.ifeval_library import load_library, validate_arguments
 from grpo_run.plugins.verifiers.ifeval_offline import checker_classes
 
 _log = logging.getLogger(__name__)
@@ -137,8 +138,9 @@ def _constraint(instruction_id: Any, kwargs: Any) -> Constraint:
 def build_checker(constraint: Constraint) -> Any:
     """A library checker configured with the constraint's kwargs.
 
-    The library fills a missing kwarg with a random value (a random word count, a random
-    keyword), which would make the reward noise; a missing one is an error here instead.
+    The library fills a missing or invalid kwarg with a random value (a random word count, a
+    random keyword), which would make the reward noise; the kwargs are validated first
+    (:func:`.ifeval_library.validate_arguments`), so such a row is an error instead.
     """
     classes = checker_classes()
     instruction_id = constraint.instruction_id
@@ -147,23 +149,13 @@ def build_checker(constraint: Constraint) -> Any:
         close = difflib.get_close_matches(instruction_id, classes, n=3)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise ValueError(f"unknown ifeval instruction id {instruction_id!r}{hint}")
+    kwargs = validate_arguments(instruction_id, constraint.kwargs)
     checker = checker_class(instruction_id)
-    missing = [key for key in checker.get_instruction_args_keys() if _is_missing(constraint.kwargs.get(key))]
-    if missing:
-        raise ValueError(
-            f"ifeval instruction {instruction_id!r} needs kwargs {missing}, got {dict(constraint.kwargs)!r}"
-        )
     try:
-        checker.build_description(**constraint.kwargs)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"ifeval instruction {instruction_id!r}: bad kwargs {dict(constraint.kwargs)!r}: {error}"
-        ) from None
+        checker.build_description(**kwargs)
+    except (TypeError, ValueError) as error:  # not expected after validation: a library change
+        raise ValueError(f"ifeval instruction {instruction_id!r}: bad kwargs {kwargs!r}: {error}") from None
     return checker
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
 
 
 def _strip_thinking(text: str) -> str:

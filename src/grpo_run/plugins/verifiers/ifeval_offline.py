@@ -250,15 +250,22 @@ class _TitleCase:
 
 
 class _RepeatSpan:
-    """Library fix: ``n_start=0`` (the first word) is a valid span start, not "missing"."""
+    """Library fix: ``n_start=0`` (the first word) is a valid span start, not "missing".
+
+    The library reads a 0 start as absent and draws a random one (which fails outright for a
+    one-word prompt), so it is handed a non-zero start and the real one is set afterwards. The
+    arguments are validated before (``n_end > n_start >= 0``).
+    """
 
     _n_start: int
+    _description_pattern: str
 
-    def build_description(self, **kwargs: Any) -> str:
-        description: str = super().build_description(**kwargs)  # type: ignore[misc]
-        if kwargs.get("n_start") == 0:
-            self._n_start = 0
-        return description
+    def build_description(self, *, prompt_to_repeat: str, n_start: int, n_end: int) -> str:
+        super().build_description(  # type: ignore[misc]
+            prompt_to_repeat=prompt_to_repeat, n_start=n_start or n_end, n_end=n_end
+        )
+        self._n_start = n_start
+        return self._description_pattern.format(n_start=n_start, n_end=n_end)
 
 
 OVERRIDES: Mapping[str, type] = {

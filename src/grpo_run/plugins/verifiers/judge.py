@@ -8,7 +8,8 @@ The verifier is ``async``: the scorer runs it on its event loop in the main proc
 for many concurrent calls against a remote service: a concurrency cap, a requests-per-minute
 limiter, a timeout per request, retries with exponential backoff and full jitter (on connect
 errors, timeouts, 429 -- honouring ``Retry-After`` -- and 5xx; never on other 4xx), and an
-in-memory LRU cache of identical requests in which concurrent identical requests share one call.
+in-memory LRU cache (``cachetools.LRUCache``) of identical requests, in which concurrent identical
+requests share one call.
 
 **Failures raise.** A reply without a usable score (a body that is not a chat completion, text
 the regex does not match, a score out of range) raises :class:`JudgeReplyError`; an endpoint that
@@ -35,6 +36,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
+import cachetools
 import httpx
 
 from grpo_run import VerifierResult
@@ -45,7 +47,6 @@ from grpo_run.plugins.verifiers.judge_http import (
     JudgeError,
     JudgeReplyError,
     JudgeRequestError,
-    LRUCache,
     RateLimiter,
     RetryPolicy,
     post_chat,
@@ -119,7 +120,9 @@ class JudgeVerifier:
         self._url = config.base_url.rstrip("/") + "/chat/completions"
         self._policy = RetryPolicy(config.max_retries, config.backoff_base_s, config.max_backoff_s)
         self._limiter = RateLimiter(config.requests_per_minute) if config.requests_per_minute else None
-        self._cache: LRUCache[float] = LRUCache(config.cache_size)
+        self._cache: cachetools.LRUCache[str, float] | None = (
+            cachetools.LRUCache(maxsize=config.cache_size) if config.cache_size > 0 else None
+        )
         self._rng = random.Random()
         self._ssl_context: ssl.SSLContext | None = None
         self._bound: _LoopBound | None = None
@@ -135,7 +138,7 @@ class JudgeVerifier:
         start = time.perf_counter()
         body = self.request_body(completion, ground_truth, row)
         key = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        cached = self._cache.get(key)
+        cached = self._cache.get(key) if self._cache is not None else None
         if cached is not None:
             return _result(cached, start, retries=0, cache_hit=True)
         bound = self._loop_bound()
@@ -197,7 +200,8 @@ class JudgeVerifier:
             rng=self._rng,
         )
         score = self.parse_score(reply.content)
-        self._cache.put(key, score)
+        if self._cache is not None:
+            self._cache[key] = score
         return _Verdict(score, reply.retries)
 
     def _loop_bound(self) -> _LoopBound:

@@ -1,5 +1,5 @@
-"""HTTP plumbing of the ``judge`` verifier: one chat-completions request with retries, a
-requests-per-minute limiter and a small LRU cache.
+"""HTTP plumbing of the ``judge`` verifier: one chat-completions request with retries and a
+requests-per-minute limiter.
 
 Nothing here knows about prompts or scores; :mod:`grpo_run.plugins.verifiers.judge` builds the
 request body and parses the reply.
@@ -13,10 +13,9 @@ import email.utils
 import json
 import random
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timezone
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import attrs
 import httpx
@@ -25,8 +24,6 @@ _BODY_SNIPPET = 200
 """Characters of a bad response body quoted in an error message."""
 
 _RETRY_STATUS_NOTE = "429 and 5xx responses, connect errors and timeouts are retried"
-
-V = TypeVar("V")
 
 
 class JudgeError(RuntimeError):
@@ -101,31 +98,6 @@ class RateLimiter:
         self._next_slot = slot + self.interval_s
         if slot > now:
             await asyncio.sleep(slot - now)
-
-
-class LRUCache(Generic[V]):
-    """A bounded in-memory map that forgets the least recently used entry; capacity 0 disables it."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._data: OrderedDict[str, V] = OrderedDict()
-
-    def get(self, key: str) -> V | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: str, value: V) -> None:
-        if self.capacity <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.capacity:
-            self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class ClientPool:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 from attrs import validators as v
 
-from grpo_run.core.plugins.contracts import NUM_TOKENS_KEY, ShapingVerifierConfig
+from grpo_run import NUM_TOKENS_KEY, ShapingVerifierConfig
 
 
 def _buffer_within_max_length(inst: Any, _attribute: attrs.Attribute, value: int) -> None:

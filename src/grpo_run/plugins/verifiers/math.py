@@ -13,23 +13,30 @@ extraction, which prefers anchored answers ("final answer is", ``\\boxed{}``, "a
 otherwise takes the last number or LaTeX expression, so ``"19"`` and ``"I think 19."`` both give 19.
 When the completion has an ``<answer>...</answer>`` block (R1 format), only the last such block
 is searched. Strict mode only accepts the content of the last ``\\boxed{...}``.
+
+In every mode the *last* box is the answer: math-verify merges all ``\\boxed{}`` (and ``\\fbox{}``)
+of a text into one set, so a completion that corrects itself (``\\boxed{10} ... \\boxed{12}``)
+would match neither 10 nor 12. When the text has a box, only the last one is parsed; a last box
+that is cut off (unbalanced braces) is no answer.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, ClassVar
 
 import attrs
+import cachetools
 from math_verify import parse, verify
 
 from grpo_run import VerifierConfig, VerifierResult
 
 _BOXED = "\\boxed{"
+_BOX_OPENERS = (_BOXED, "\\fbox{")
+"""What math-verify reads as a box (and merges when there are several)."""
 
 
 @attrs.frozen
@@ -40,30 +47,9 @@ class MathVerifierConfig(VerifierConfig):
     """Only accept an answer written as ``\\boxed{...}`` (the last one); otherwise any answer that
     math-verify extracts (anchored phrases, boxed, the last number or expression)."""
     cache_size: int = attrs.field(default=65536, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
-    """Entries of the per-process LRU cache of verdicts keyed by (completion, ground truth);
-    0 disables it. RL batches repeat completions a lot (G samples of a short answer)."""
-
-
-class _LRU:
-    """A small picklable LRU map (``functools.lru_cache`` objects do not pickle)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._data: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> tuple[float, float] | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: tuple[str, str], value: tuple[float, float]) -> None:
-        if self.capacity <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        if len(self._data) > self.capacity:
-            self._data.popitem(last=False)
+    """Entries of the per-process LRU cache (``cachetools.LRUCache``, picklable) of verdicts keyed
+    by (completion, ground truth); 0 disables it. RL batches repeat completions a lot (G samples of
+    a short answer)."""
 
 
 class MathVerifier:
@@ -80,34 +66,44 @@ class MathVerifier:
 
     def __init__(self, config: MathVerifierConfig | None = None) -> None:
         self.config = config if config is not None else MathVerifierConfig()
-        self._cache = _LRU(self.config.cache_size)
+        size = self.config.cache_size
+        self._cache: cachetools.LRUCache[tuple[str, str], tuple[float, float]] | None = (
+            cachetools.LRUCache(maxsize=size) if size > 0 else None
+        )
         _silence_disabled_timeout_warning()
 
     def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> VerifierResult:
         """Compare the answer extracted from ``completion`` with ``ground_truth``."""
         gold = _gold_text(ground_truth)
         key = (completion, gold)
-        verdict = self._cache.get(key)
+        verdict = self._cache.get(key) if self._cache is not None else None
         if verdict is None:
             verdict = self._check(completion, gold)
-            self._cache.put(key, verdict)
+            if self._cache is not None:
+                self._cache[key] = verdict
         score, answer_found = verdict
         return VerifierResult(score=score, metrics={"answer_found": answer_found})
 
     def _check(self, completion: str, gold: str) -> tuple[float, float]:
         """(score, answer_found) of one completion."""
         gold_parsed = parse_gold(gold)
-        if self.config.strict:
-            boxed = last_boxed(completion)
-            predicted = parse(boxed, parsing_timeout=None) if boxed is not None else []
-        else:
-            # R1-style completions: the answer block, when there is one, is the answer.
-            answer = _ANSWER_BLOCK.findall(completion)
-            predicted = parse(answer[-1] if answer else completion, parsing_timeout=None)
+        answer = self._answer_text(completion)
+        predicted = parse(answer, parsing_timeout=None) if answer is not None else []
         if not predicted:
             return 0.0, 0.0
         correct = verify(gold_parsed, predicted, timeout_seconds=None)
         return (1.0 if correct else 0.0), 1.0
+
+    def _answer_text(self, completion: str) -> str | None:
+        """The text to parse the answer from: the last box, else (non-strict) the whole text."""
+        if self.config.strict:
+            return last_boxed(completion)
+        # R1-style completions: the answer block, when there is one, is the answer.
+        blocks = _ANSWER_BLOCK.findall(completion)
+        text = blocks[-1] if blocks else completion
+        if any(opener in text for opener in _BOX_OPENERS):
+            return last_boxed(text)  # not math-verify's merged set of every box
+        return text
 
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -141,18 +137,19 @@ def parse_gold(gold: str) -> list[Any]:
 
 
 def last_boxed(text: str) -> str | None:
-    """The last ``\\boxed{...}`` of ``text`` with balanced braces, or None when there is none."""
-    start = text.rfind(_BOXED)
+    """The last ``\\boxed{...}`` (or ``\\fbox{...}``) of ``text`` with balanced braces, written as
+    ``\\boxed{...}``; None when there is none or the last one is not closed."""
+    start, opener = max((text.rfind(o), o) for o in _BOX_OPENERS)
     if start < 0:
         return None
     depth = 0
-    for i in range(start + len(_BOXED) - 1, len(text)):
+    for i in range(start + len(opener) - 1, len(text)):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start : i + 1]
+                return _BOXED + text[start + len(opener) : i + 1]
     return None
 
 

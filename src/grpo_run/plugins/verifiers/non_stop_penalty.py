@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from grpo_run.core.plugins.contracts import FINISH_REASON_KEY, ShapingVerifierConfig
+from grpo_run import FINISH_REASON_KEY, ShapingVerifierConfig
 
 
 @attrs.frozen

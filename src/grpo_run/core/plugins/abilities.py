@@ -1,0 +1,160 @@
+"""Optional abilities of components, as named protocols.
+
+A component has the required members of its family (:mod:`grpo_run.core.plugins.contracts`);
+anything more it may offer is one of the protocols below. The engine asks
+``isinstance(component, StreamingEngine)`` -- never ``getattr(component, "generate_stream")`` --
+so every optional member the engine uses is written down here, typed and documented, and a
+plugin author can see at a glance what an ability takes.
+
+All protocols are ``runtime_checkable``: ``isinstance`` checks that the members exist (not their
+signatures), so a class has an ability simply by defining its members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from grpo_run.core.plugins.types import Completion, SamplingParams, VerifierResult
+
+if TYPE_CHECKING:
+    from grpo_run.core.config.formatting import ConfigIssue
+    from grpo_run.core.config.schema import RunConfig
+
+
+# ---------------------------------------------------------------------------------------------
+# Any component
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Keeps state that a checkpoint must hold for ``--resume`` to continue exactly.
+
+    Used for engines (e.g. the ``hf`` engine's sampling-seed counter) and samplers (every sampler
+    must be stateful). ``state_dict`` returns plain data (numbers, strings, lists, dicts, tensors);
+    it is saved in the checkpoint and handed back to ``load_state_dict`` of a freshly built
+    component on resume.
+    """
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ChecksRunConfig(Protocol):
+    """A component ``Config`` with rules that involve the rest of the run's configuration.
+
+    Rules about a component's own options belong in attrs validators of its ``Config``. A rule
+    that involves other sections (a loss that needs centered advantages, a sampler that needs the
+    zero-std filter) is ``check_run``: called once the whole config is structured, with it; each
+    returned :class:`~grpo_run.ConfigIssue` is reported like any other config error (its ``path``
+    is a full key path such as ``"algorithm.filter_zero_std_samples"``).
+    """
+
+    def check_run(self, run: RunConfig) -> Iterable[ConfigIssue]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class StreamingEngine(Protocol):
+    """An engine that yields each prompt's group as soon as it is finished.
+
+    The loop then scores early groups while later ones are still generating. Groups may come in
+    any order; each prompt index must be yielded exactly once.
+    """
+
+    def generate_stream(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> AsyncIterator[tuple[int, list[Completion]]]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Samplers
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class RewardFeedbackSampler(Protocol):
+    """A sampler that learns from the rewards of the prompts it drew (e.g. to retire solved ones).
+
+    After each group is scored the loop calls ``update`` with the row's ``"id"``, the group's
+    rewards and the most the row can score.
+    """
+
+    def update(self, row_id: str, rewards: Sequence[float], max_reward: float) -> None: ...
+
+
+@runtime_checkable
+class RefillingSampler(Protocol):
+    """A sampler that asks the loop to replace groups without a reward spread (active sampling).
+
+    With ``wants_nonzero_std`` true, the loop keeps drawing (a bounded number of rounds) until the
+    batch holds ``rollout.num_unique_prompts_rollout`` groups whose rewards are not all equal.
+    """
+
+    wants_nonzero_std: ClassVar[bool]
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifiers
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class BatchVerifier(Protocol):
+    """A verifier that scores many completions in one call (sync or ``async def``).
+
+    ``items`` are ``(completion, ground_truth, row)`` tuples; return one result per item, in
+    order. Used instead of ``score`` for every call of the verifier. A batch of ``n`` items has
+    ``n`` times the per-call time limit; when it overruns, raises or returns the wrong number of
+    results, every item in it fails. ``n`` is at most 64, or the verifier's ``max_batch_size``
+    (:class:`CapsBatchSize`).
+    """
+
+    def score_batch(self, items: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[VerifierResult | float]: ...
+
+
+@runtime_checkable
+class CapsBatchSize(Protocol):
+    """A :class:`BatchVerifier` whose batches must hold at most ``max_batch_size`` items."""
+
+    max_batch_size: ClassVar[int]
+
+
+@runtime_checkable
+class DeclaresScoreRange(Protocol):
+    """A verifier class (or its ``Config``, when the range depends on options) declaring the
+    closed interval its scores lie in; ``(0.0, 1.0)`` when nothing declares one.
+
+    A score outside the range is a failed call. The top of the range is what the verifier can add
+    to a row's maximum reward (``weight x top``), and what counts as solved.
+    """
+
+    score_range: tuple[float, float]
+
+
+@runtime_checkable
+class ShapingConfig(Protocol):
+    """A verifier ``Config`` that shapes rewards rather than adding to them only on its own rows.
+
+    :class:`~grpo_run.ShapingVerifierConfig` implements it (extend that class); the scorer reads
+    these three fields from any config that has them.
+    """
+
+    mode: Literal["additive", "gate"]
+    gate_fail_reward: float
+    all_rows: bool
+
+
+@runtime_checkable
+class AsyncClosable(Protocol):
+    """An async verifier holding loop resources (an HTTP client): the scorer awaits ``aclose()``
+    when it closes, on the event loop the verifier ran on."""
+
+    async def aclose(self) -> None: ...
