@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from test_learner import make_spec, make_seqs, params_of, tiny_model
+from support.learner import make_seqs, make_spec, params_of, tiny_model
 
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import packed_token_logprobs

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-from scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
+from support.scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
 
 from grpo_run import VerifierConfig
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion

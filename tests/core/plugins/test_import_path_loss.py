@@ -3,7 +3,7 @@ docs/write-your-own-loss.md (tests/loss_dist, installed by conftest) used throug
 point and by import path, plus import-path names for a module that is no plugin at all.
 
 A randomly initialised model never answers arithmetic, so the runs here are scored by
-``DigitShare`` below (also named by import path: any family resolves ``module:Class``), whose
+``support.verifiers.DigitShare`` (also named by import path: any family resolves ``module:Class``), whose
 reward varies between samples from the first step on.
 """
 
@@ -15,63 +15,26 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from grpo_run import NoConfig
+from support.runs import write_run as write_small_run
+from support.verifiers import DIGIT_SHARE
+
 from grpo_run.cli.main import main
 from grpo_run.core.config import ConfigError, parse_config
 
 IMPORT_PATH = "grpo_run_example_loss.losses:ReinforceBaselineLoss"
-VERIFIER = "test_import_path_loss:DigitShare"
+VERIFIER = DIGIT_SHARE
 
 
-class DigitShare:
-    """Reward = the share of digits in the completion: some signal from any random policy."""
-
-    name = "digit-share"
-    Config = NoConfig
-
-    def __init__(self, config: NoConfig) -> None:
-        self.config = config
-
-    def score(self, completion: str, ground_truth: object, row: object) -> float:
-        return sum(c.isdigit() for c in completion) / max(1, len(completion))
-
-
-def write_run(tmp_path: Path, model_dir: Path, loss_table: str, steps: int = 2) -> Path:
-    rows = [
-        {"messages": [{"role": "user", "content": f"{i}+1"}], "ground_truth": str(i + 1), "verifier": VERIFIER}
-        for i in range(12)
-    ]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(f"""
-[model]
-name_or_path = "{model_dir}"
-[data]
-train_files = ["{tmp_path / 'train.jsonl'}"]
-max_prompt_token_length = 16
-[rollout]
-num_unique_prompts_rollout = 3
-num_samples_per_prompt_rollout = 4
-response_length = 6
-[algorithm]
-pack_length = 32
-filter_zero_std_samples = false
-[train]
-total_steps = {steps}
-local_eval_every = 0
-[scoring]
-num_workers = 0
-[logging]
-progress = false
-[verifiers."{VERIFIER}"]
-{loss_table}
-""")
-    return cfg
+def write_run(tmp_path: Path, model_dir: Path, loss: dict, steps: int = 2) -> Path:
+    return write_small_run(
+        tmp_path, verifier=VERIFIER, model={"name_or_path": str(model_dir)}, loss=loss,
+        rollout={"response_length": 6}, train={"total_steps": steps},
+    )
 
 
 @pytest.mark.parametrize("name", ["reinforce-baseline", IMPORT_PATH])
 def test_training_run_with_the_example_loss(tmp_path: Path, tiny_model_dir: Path, name: str) -> None:
-    cfg = write_run(tmp_path, tiny_model_dir, f'[loss]\nname = "{name}"\nmax_ratio = 5.0')
+    cfg = write_run(tmp_path, tiny_model_dir, {"name": name, "max_ratio": 5.0})
     out = tmp_path / "out"
     assert main([str(cfg), "--output-dir", str(out)]) == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

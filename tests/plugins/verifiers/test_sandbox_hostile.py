@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from support.paths import REPO
 from grpo_run.plugins.verifiers.code import CodeVerifier, CodeVerifierConfig
 from grpo_run.plugins.verifiers.sandbox import SandboxLimits, run_sandboxed
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = os.geteuid() == 0
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = REPO
 SRC = PROJECT / "src" / "grpo_run" / "plugins" / "verifiers"
 GOOD = "```python\ndef f(x):\n    return x + 1\n```"
 TESTS = {"tests": ["assert f(1) == 2"]}

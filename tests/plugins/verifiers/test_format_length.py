@@ -8,7 +8,7 @@ import math
 
 import pytest
 from cattrs.errors import ClassValidationError
-from scoring_helpers import ExactVerifier
+from support.scoring_helpers import ExactVerifier
 
 from grpo_run import VerifierConfig
 from grpo_run.core.config.converter import make_converter

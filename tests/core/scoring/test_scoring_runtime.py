@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 import structlog
-from scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
+from support.scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
 
 from grpo_run import VerifierConfig, VerifierResult
 from grpo_run import ShapingVerifierConfig

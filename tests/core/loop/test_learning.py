@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from support.paths import EXAMPLES
 from grpo_run.cli.main import main
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "arithmetic.toml"
+EXAMPLE = EXAMPLES / "arithmetic.toml"
 
 
 @pytest.mark.slow

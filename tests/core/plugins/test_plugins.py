@@ -6,6 +6,7 @@ import attrs
 import pytest
 
 import grpo_run
+from support.paths import DOCS
 from grpo_run.cli.main import main
 from grpo_run.core.errors import PluginError, UnknownComponentError
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV, build_plugin_host
@@ -129,7 +130,7 @@ def test_every_hook_is_in_the_plugin_docs_with_its_signature():
 
     from grpo_run.core.plugins import hookspecs
 
-    doc = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    doc = (DOCS / "plugins.md").read_text()
     for name in (n for n in dir(hookspecs) if n.startswith("grpo_run_")):
         sig = inspect.signature(getattr(hookspecs, name))
         params = ", ".join(

@@ -716,11 +716,15 @@ def test_a_failing_component_rule_is_an_issue_naming_the_component() -> None:
     assert messages_at(with_(loss={"name": "broken"}), reg) == {"loss": "its config check raised KeyError: 'oops'"}
 
 
+HERE = __name__
+"""This module's import name (pytest's importlib mode decides it), for import-path component names."""
+
+
 def test_loss_by_import_path_is_structured_with_its_config(registry: ComponentRegistry) -> None:
-    cfg = parse_config(with_(loss={"name": "test_config:CispoLoss", "clip_higher": 3}), registry)
-    assert cfg.loss == PluginSlot("test_config:CispoLoss", CispoLoss.Config(clip_higher=3.0))
-    assert registry.get("loss", "test_config:CispoLoss") is CispoLoss
-    assert messages_at(with_(loss={"name": "test_config:CispoLoss", "clip_highr": 3}), registry) == {
+    cfg = parse_config(with_(loss={"name": f"{HERE}:CispoLoss", "clip_higher": 3}), registry)
+    assert cfg.loss == PluginSlot(f"{HERE}:CispoLoss", CispoLoss.Config(clip_higher=3.0))
+    assert registry.get("loss", f"{HERE}:CispoLoss") is CispoLoss
+    assert messages_at(with_(loss={"name": f"{HERE}:CispoLoss", "clip_highr": 3}), registry) == {
         "loss.clip_highr": "unknown key (did you mean 'clip_higher'?)"
     }
 
@@ -729,12 +733,12 @@ def test_loss_by_import_path_is_structured_with_its_config(registry: ComponentRe
     ("name", "message"),
     [
         ("no_such_module_xyz:Loss", "loss 'no_such_module_xyz:Loss': no module named 'no_such_module_xyz'"),
-        ("test_config:CispoLos", "loss 'test_config:CispoLos': module 'test_config' has no attribute 'CispoLos' "
+        (f"{HERE}:CispoLos", f"loss '{HERE}:CispoLos': module '{HERE}' has no attribute 'CispoLos' "
                                  "(did you mean 'CispoLoss'?)"),
-        ("test_config:VALID", "loss 'test_config:VALID' is not a valid loss component: it is dict"),
-        ("test_config:ComponentRegistry", "is not a valid loss component: it needs a non-empty string class "
+        (f"{HERE}:VALID", f"loss '{HERE}:VALID' is not a valid loss component: it is dict"),
+        (f"{HERE}:ComponentRegistry", "is not a valid loss component: it needs a non-empty string class "
                                           "attribute 'name'"),
-        ("test_config:", "an import path must look like 'package.module:ClassName'"),
+        (f"{HERE}:", "an import path must look like 'package.module:ClassName'"),
     ],
 )
 def test_import_path_errors_are_config_errors_at_the_name(registry: ComponentRegistry, name: str, message: str) -> None:

@@ -8,51 +8,23 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
+from support.runs import write_run
+
 from grpo_run.cli.main import main
 
 
-def _write_rows(path: Path, n: int, verifier: str) -> None:
-    rows = [
-        {"messages": [{"role": "user", "content": f"{i}+1"}], "ground_truth": str(i + 1), "verifier": verifier}
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _config(tmp_path: Path, verifier_table: str, extra: str = "") -> Path:
-    verifier = verifier_table.split(".", 1)[1].split("]", 1)[0]
-    _write_rows(tmp_path / "train.jsonl", 40, verifier)
-    _write_rows(tmp_path / "eval.jsonl", 6, verifier)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(f"""
-[model]
-name_or_path = "tiny-random"
-[data]
-train_files = ["{tmp_path / 'train.jsonl'}"]
-eval_files = ["{tmp_path / 'eval.jsonl'}"]
-max_prompt_token_length = 16
-[rollout]
-num_unique_prompts_rollout = 4
-num_samples_per_prompt_rollout = 4
-response_length = 4
-[algorithm]
-pack_length = 64
-filter_zero_std_samples = false
-[train]
-total_steps = 3
-local_eval_every = 2
-[checkpoint]
-save_freq = 2
-[logging]
-progress = false
-{verifier_table}
-{extra}
-""")
-    return cfg
+def _config(tmp_path: Path, verifier: str, verifier_config: dict | None = None, **sections) -> Path:
+    """40 train and 6 eval rows, 3 steps, eval every 2, a checkpoint every 2 steps."""
+    return write_run(
+        tmp_path, verifier=verifier, verifier_config=verifier_config, train_rows=40, eval_rows=6,
+        rollout={"num_unique_prompts_rollout": 4, "response_length": 4},
+        algorithm={"pack_length": 64}, train={"total_steps": 3, "local_eval_every": 2},
+        checkpoint={"save_freq": 2}, scoring=None, **sections,
+    )
 
 
 def test_run_with_third_party_verifier_writes_run_directory(tmp_path):
-    cfg = _config(tmp_path, "[verifiers.exact-match]\ncase_sensitive = false")
+    cfg = _config(tmp_path, "exact-match", {"case_sensitive": False})
     out = tmp_path / "out"
     assert main([str(cfg), "--output-dir", str(out), "--set", "rollout.async_steps=2"]) == 0
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
@@ -72,7 +44,7 @@ def test_run_with_third_party_verifier_writes_run_directory(tmp_path):
 
 
 def test_synchronous_run_has_zero_staleness_and_kl(tmp_path):
-    cfg = _config(tmp_path, "[verifiers.exact-match]", extra="[kl]\nbeta = 0.05")
+    cfg = _config(tmp_path, "exact-match", kl={"beta": 0.05})
     out = tmp_path / "out"
     assert main([str(cfg), "--output-dir", str(out), "--set", "train.local_eval_every=0"]) == 0
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
@@ -83,7 +55,7 @@ def test_synchronous_run_has_zero_staleness_and_kl(tmp_path):
 
 
 def test_data_error_names_the_line(tmp_path, capsys):
-    cfg = _config(tmp_path, "[verifiers.exact-match]")
+    cfg = _config(tmp_path, "exact-match")
     with (tmp_path / "train.jsonl").open("a") as fh:
         fh.write("{not json\n")
     assert main([str(cfg), "--output-dir", str(tmp_path / "o")]) == 2

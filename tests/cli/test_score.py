@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
-from scoring_helpers import ExactVerifier, MisbehavingVerifier
+from support.scoring_helpers import ExactVerifier, MisbehavingVerifier
 
 from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.cli.score import add_score_parser, run_score_command

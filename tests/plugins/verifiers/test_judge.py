@@ -30,7 +30,7 @@ from grpo_run.plugins.verifiers.judge import (
     row_prompt,
 )
 from grpo_run.plugins.verifiers.judge_http import RetryPolicy, parse_retry_after
-from judge_server import JudgeServer
+from support.judge_server import JudgeServer
 
 pytestmark = pytest.mark.timeout(30)
 

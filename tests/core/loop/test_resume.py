@@ -17,68 +17,27 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_run import NoConfig
+from support.runs import write_run
+from support.verifiers import LENGTH_REWARD
+
 from grpo_run.core.loop.checkpoint import find_checkpoint, load_trainer_state
 from grpo_run.cli.main import main
 from grpo_run.core.errors import UserError
 from grpo_run.plugins.engines.hf import HFEngine
 
-LENGTH = "test_resume:LengthReward"
-
-
-class LengthReward:
-    """Reward = completion length / 5: a learning signal for a random model (named by import path)."""
-
-    name = "length-reward"
-    Config = NoConfig
-
-    def __init__(self, config: NoConfig) -> None:
-        self.config = config
-
-    def score(self, completion: str, ground_truth: object, row: object) -> float:
-        return min(1.0, len(completion) / 5)
 
 
 def write_config(tmp_path: Path, model_dir: Path) -> Path:
-    rows = [
-        {"messages": [{"role": "user", "content": f"{i}*3"}], "ground_truth": str(3 * i), "verifier": LENGTH}
-        for i in range(10)
-    ]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(f"""
-[model]
-name_or_path = "{model_dir}"
-[data]
-train_files = ["{tmp_path / 'train.jsonl'}"]
-max_prompt_token_length = 16
-[rollout]
-num_unique_prompts_rollout = 3
-num_samples_per_prompt_rollout = 3
-response_length = 5
-[algorithm]
-pack_length = 32
-filter_zero_std_samples = false
-num_mini_batches = 2
-[optim]
-lr = 1e-3
-lr_scheduler = "linear"
-[kl]
-beta = 0.1
-reference = "polyak"
-alpha = 0.5
-[train]
-total_steps = 4
-local_eval_every = 0
-[checkpoint]
-save_freq = 2
-[scoring]
-num_workers = 0
-[logging]
-progress = false
-[verifiers."{LENGTH}"]
-""")
-    return cfg
+    return write_run(
+        tmp_path, verifier=LENGTH_REWARD, train_rows=10, prompt=lambda i: f"{i}*3", gold=lambda i: str(3 * i),
+        model={"name_or_path": str(model_dir)},
+        rollout={"num_samples_per_prompt_rollout": 3, "response_length": 5},
+        algorithm={"num_mini_batches": 2},
+        optim={"lr": 1e-3, "lr_scheduler": "linear"},
+        kl={"beta": 0.1, "reference": "polyak", "alpha": 0.5},
+        train={"total_steps": 4},
+        checkpoint={"save_freq": 2},
+    )
 
 
 @pytest.fixture
