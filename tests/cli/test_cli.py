@@ -62,3 +62,23 @@ def test_console_script_exit_code_without_traceback(tmp_path):
 def test_train_rejects_bad_config_before_loading_a_model(argv, capsys):
     assert main(argv) == 2
     assert "model.dtype" in capsys.readouterr().err
+
+
+def test_user_text_in_messages_is_printed_literally(tmp_path):
+    # A hint in brackets is TOML, not console markup: "[verifiers.math]" must reach the user.
+    cfg = tmp_path / "no_verifier.toml"
+    cfg.write_text('[task]\nname = "arithmetic"\n')
+    proc = subprocess.run([sys.executable, "-m", "grpo_run.cli.main", "check", str(cfg)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "verifiers: no verifier enabled; add a table such as [verifiers.math]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_key_is_accepted_that_nothing_reads(tmp_path, capsys):
+    # logging.log_rollouts_every was validated but never read; an unread key is now an error.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(EXAMPLE.read_text() + "\n[logging]\nlog_rollouts_every = 5\n" if "[logging]" not in EXAMPLE.read_text()
+                   else EXAMPLE.read_text().replace("[logging]", "[logging]\nlog_rollouts_every = 5"))
+    assert main(["check", str(cfg)]) == 2
+    assert "logging.log_rollouts_every: unknown key" in capsys.readouterr().err

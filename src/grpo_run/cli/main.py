@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.cli.score import add_score_parser, run_score_command
 
 COMMANDS = ("train", "check", "plugins", "score")
@@ -70,9 +71,9 @@ def print_problem(console: Console, label: str, text: str) -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.plugins.host import build_plugin_host
 
+    if args.command == "plugins":  # list what loads, and what does not, instead of stopping
+        return _print_plugins(build_plugin_host(tolerate_broken=True))
     host = build_plugin_host()
-    if args.command == "plugins":
-        return _print_plugins(host)
     if args.command == "score":
         return run_score_command(args, host)
     from grpo_run.core.config import load_config
@@ -104,6 +105,15 @@ def _print_plugins(host) -> int:
     for entry in host.registry:
         comps.add_row(entry.family.key, entry.name, entry.distribution, f"{entry.cls.__module__}.{entry.cls.__qualname__}")
     console.print(comps)
+    if host.broken:
+        broken = Table(title="broken plugins (skipped)")
+        for col in ("entry point", "distribution", "version", "error"):
+            broken.add_column(col, overflow="fold")
+        for b in host.broken:
+            broken.add_row(b.entry_point, b.distribution, b.version, Text(b.error))
+        console.print(broken)
+        console.print(Text(f"Other commands stop on a broken plugin; set {DISABLE_AUTOLOAD_ENV}=1 to run "
+                           "without third-party plugins."))
     return 0
 
 

@@ -137,3 +137,124 @@ def test_every_hook_is_in_the_plugin_docs_with_its_signature():
             f"{p.name}: {p.annotation}" for p in sig.parameters.values()
         )
         assert f"`{name}({params}) -> None`" in doc, name
+
+
+# -- the host checks each plugin as it loads ---------------------------------------------------
+
+
+def _fake_distribution(root, dist: str, module: str, source: str):
+    """A distribution with a `grpo_run` entry point, installed by putting ``root`` on sys.path
+    (importlib.metadata finds its .dist-info like pip's)."""
+    (root / f"{module}.py").write_text(source)
+    info = root / f"{dist.replace('-', '_')}-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text(f"[grpo_run]\nmine = {module}\n")
+    return root
+
+
+MISSPELT = '''
+import grpo_run
+
+@grpo_run.hookimpl
+def grpo_run_register_verifier(register):
+    pass
+'''
+
+
+def test_a_misspelt_hook_is_a_startup_error_naming_the_plugin(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(_fake_distribution(tmp_path, "grpo-run-typo", "typo_plugin", MISSPELT)))
+    with pytest.raises(PluginError) as err:
+        build_plugin_host()
+    message = str(err.value)
+    assert "'mine' (typo_plugin) from distribution 'grpo-run-typo'" in message
+    assert "'grpo_run_register_verifier' is not a grpo-run hook (did you mean 'grpo_run_register_verifiers'?)" in message
+    assert "GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD=1" in message
+    tolerant = build_plugin_host(tolerate_broken=True)
+    assert [(b.distribution, b.version) for b in tolerant.broken] == [("grpo-run-typo", "1.2.3")]
+    assert tolerant.registry.has("verifier", "math")
+
+
+def test_the_cli_reports_a_misspelt_hook_without_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = _fake_distribution(tmp_path, "grpo-run-typo", "typo_plugin", MISSPELT)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-m", "grpo_run.cli.main", "check", "x.toml"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "error: plugin 'mine' (typo_plugin) from distribution 'grpo-run-typo'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_exception_in_a_registration_hook_names_its_plugin():
+    class Raising:
+        __name__ = "raising_plugin"
+
+        @staticmethod
+        @grpo_run.hookimpl
+        def grpo_run_register_losses(register):
+            raise RuntimeError("cannot find my weights")
+
+    with pytest.raises(PluginError, match=r"from distribution 'boom-dist': grpo_run_register_losses raised "
+                                          r"RuntimeError: cannot find my weights"):
+        build_plugin_host(extra_plugins=[(Raising(), "boom-dist")])
+
+
+def test_a_hook_with_wrong_argument_names_names_its_plugin():
+    class WrongArgs:
+        __name__ = "wrong_args"
+
+        @staticmethod
+        @grpo_run.hookimpl
+        def grpo_run_register_losses(registrar):
+            pass
+
+    with pytest.raises(PluginError, match=r"'wrong_args' from distribution 'args-dist'.*registrar"):
+        build_plugin_host(extra_plugins=[(WrongArgs(), "args-dist")])
+
+
+def test_a_class_missing_its_contract_methods_is_refused():
+    class NoCall:
+        name = "no-call"
+
+        @attrs.frozen
+        class Config:
+            pass
+
+    registry = ComponentRegistry()
+    with pytest.raises(PluginError, match=r"lacks '__call__' of the loss contract \(grpo_run.Loss\)"):
+        registry.add("loss", NoCall, "dist", "0")
+
+
+def test_the_families_table_matches_the_hooks_and_the_config():
+    import typing
+
+    from grpo_run.core.config.schema import RunConfig
+    from grpo_run.core.plugins import hookspecs
+    from grpo_run.core.plugins.families import FAMILIES, LOSS, VERIFIER
+
+    hooks = {n for n in dir(hookspecs) if n.startswith("grpo_run_register_")}
+    assert {f.hook for f in FAMILIES} == hooks
+    fields = typing.get_type_hints(RunConfig)
+    for fam in FAMILIES:
+        if fam.slot is not None:
+            assert fam.slot in fields, fam
+            assert (typing.get_origin(fields[fam.slot]) is dict) == fam.many, fam
+    registry = build_plugin_host().registry
+    loss_cls: type[grpo_run.Loss] = registry.get(LOSS, "dapo")  # typed: type[Loss]
+    assert loss_cls.name == "dapo" and registry.get(VERIFIER, "math").name == "math"
+
+
+def test_the_plugins_command_lists_a_broken_plugin_instead_of_stopping(tmp_path, monkeypatch, capsys):
+    root = _fake_distribution(tmp_path, "grpo-run-broken", "broken_plugin", "raise ImportError('no libfoo.so')\n")
+    monkeypatch.syspath_prepend(str(root))
+    assert main(["plugins"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # table cells may wrap
+    assert "grpo-run-broken" in out and "cannot be imported: ImportError: no libfoo.so" in out
+    assert "GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD=1" in out
+    assert "exact-match" in out  # the healthy plugins are still listed
+    assert main(["check", "whatever.toml"]) == 2
+    assert "no libfoo.so" in capsys.readouterr().err

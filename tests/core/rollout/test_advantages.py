@@ -50,3 +50,30 @@ def test_nonzero_std_mask() -> None:
     # Consistent with the std it guards: kept groups have std > 0, dropped ones exactly 0.
     std = rewards.std(dim=1)
     assert torch.equal(nonzero_std_mask(rewards), std > 0)
+
+
+def test_population_std_is_open_instructs_choice() -> None:
+    # Group [1, 0, 0, 1]: population var = 4 * 0.25 / 4 = 0.25, std = 0.5 -> +-0.5 / 0.5 = +-1
+    # (numpy's .std(), as Open Instruct computes it); the sample std gives +-0.866025 above.
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    adv = group_advantages(rewards, "standard", eps=1e-8, std="population")
+    torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0, -1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]), rtol=0, atol=1e-6)
+    # A group of one has a population std (0): no error, zero advantage.
+    assert group_advantages(torch.tensor([[5.0]]), std="population").tolist() == [[0.0]]
+    with pytest.raises(ValueError, match="std kind 'median'"):
+        group_advantages(rewards, std="median")  # type: ignore[arg-type]
+
+
+def test_the_config_chooses_the_std() -> None:
+    from grpo_run.core.config.schema import AlgorithmSection
+    from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup, build_sequences
+    from grpo_run import Completion
+
+    comp = Completion(token_ids=(5, 6), logprobs=(-1.0, -1.0), text="x", finish_reason="stop", policy_version=0)
+    group = RolloutGroup(row={"id": "a"}, prompt_ids=[1], completions=[comp] * 4, rewards=[1.0, 0.0, 0.0, 1.0],
+                         max_reward=1.0)
+    batch = RolloutBatch(1, [group], 0.1, {})
+    # advantage_eps = 1e-6 (the default): 0.5 / (0.57735 + 1e-6) = 0.8660239; 0.5 / (0.5 + 1e-6) = 0.999998.
+    for kind, expected in (("sample", 0.8660239), ("population", 0.999998)):
+        seqs, _ = build_sequences(batch, AlgorithmSection(advantage_std=kind), learner_version=0)
+        assert [s.advantage for s in seqs] == pytest.approx([expected, -expected, -expected, expected], abs=1e-6)

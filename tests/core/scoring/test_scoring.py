@@ -232,3 +232,25 @@ def test_means_are_left_out_when_there_is_nothing_to_average(local_scorer: Rewar
     metrics = score(local_scorer, flaky_rows(1), ["skip"]).metrics()
     assert metrics["verifier/flaky/count"] == 0.0
     assert "verifier/flaky/mean_score" not in metrics and "verifier/flaky/correct_rate" not in metrics
+
+
+class _Penalty:
+    """Scores in [-1, 0]: 0 means no penalty, the best a row can get."""
+
+    name = "penalty"
+    Config = VerifierConfig
+    score_range = (-1.0, 0.0)
+
+    def __init__(self, config: VerifierConfig) -> None:
+        self.config = config
+
+    def score(self, completion: str, ground_truth: object, row: object) -> float:
+        return -1.0 if completion == "bad" else 0.0
+
+
+def test_correct_rate_counts_scores_at_the_top_of_the_declared_range() -> None:
+    scorer = RewardScorer({"penalty": (_Penalty, VerifierConfig())}, num_workers=0)
+    rows = [{"id": i, "verifier": "penalty", "ground_truth": None} for i in range(4)]
+    metrics = score(scorer, rows, ["ok", "bad", "ok", "ok"]).metrics()
+    assert metrics["verifier/penalty/mean_score"] == -0.25
+    assert metrics["verifier/penalty/correct_rate"] == 0.75  # was 0.0: it counted score == 1.0

@@ -420,3 +420,20 @@ def test_losses_registered() -> None:
     seen: list[type] = []
     losses.grpo_run_register_losses(seen.append)
     assert {cls.name for cls in seen} == {"grpo", "dapo", "dr_grpo", "cispo", "gspo"}
+
+
+def test_choosing_dr_grpo_without_its_settings_is_an_error_naming_them(plugin_host) -> None:
+    from grpo_run.core.config import ConfigError, parse_config
+
+    base = {"task": {"name": "arithmetic"}, "verifiers": {"math": {}}, "loss": {"name": "dr_grpo"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(base, plugin_host.registry, "run.toml")
+    [issue] = err.value.issues
+    assert issue.path == "loss.name"
+    assert issue.message == (
+        'is "dr_grpo", which needs algorithm.advantage_normalization_type = "centered" (no division by the '
+        "group std) and algorithm.loss_denominator = 32 (a constant such as rollout.response_length, not a "
+        'per-sequence token count); without them it trains plain GRPO (use name = "grpo" for that)'
+    )
+    ok = {**base, "algorithm": {"advantage_normalization_type": "centered", "loss_denominator": 32}}
+    assert parse_config(ok, plugin_host.registry).loss.name == "dr_grpo"

@@ -228,8 +228,6 @@ class LoggingSection:
     level: Literal["debug", "info", "warning", "error"] = "info"
     progress: bool = True
     """Show the rich progress display (turned off automatically when stdout is not a terminal)."""
-    log_rollouts_every: int = attrs.field(default=0, validator=non_negative)
-    """Write sample completions to ``rollouts/step_<n>.jsonl`` every this many steps; 0 = never."""
 
 
 @attrs.frozen

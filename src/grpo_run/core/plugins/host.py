@@ -126,7 +126,7 @@ def build_plugin_host(
         try:
             pm.register(plugin, name=_plugin_id(ep))
         except pluggy.PluginValidationError as exc:  # e.g. a hook with the wrong argument names
-            fail(where, dist_id, str(exc), exc)
+            fail(where, dist_id, _one_line(exc), exc)
             continue
         dist_of[id(plugin)] = dist_id
     for plugin, dist_name in extra_plugins:
@@ -137,7 +137,7 @@ def build_plugin_host(
         try:
             pm.register(plugin)
         except pluggy.PluginValidationError as exc:
-            fail(repr(getattr(plugin, "__name__", plugin)), (dist_name, "?"), str(exc), exc)
+            fail(repr(getattr(plugin, "__name__", plugin)), (dist_name, "?"), _one_line(exc), exc)
             continue
         dist_of[id(plugin)] = (dist_name, "?")
     pm.check_pending()  # every hook implementation now matches a spec (checked above with names)
@@ -178,3 +178,7 @@ def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:
 
 def _normalise(name: str) -> str:
     return name.lower().replace("_", "-")
+
+
+def _one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

@@ -142,7 +142,7 @@ def component_class_problem(cls: Any, fam: Family[Any] | None = None) -> str | N
         missing = [
             member
             for member in required_methods(fam.protocol)
-            if not hasattr(cls, member) and not hasattr(cls, _STAND_INS.get(member, member))
+            if not _defines(cls, member) and not _defines(cls, _STAND_INS.get(member, member))
         ]
         if missing:
             return (
@@ -150,6 +150,14 @@ def component_class_problem(cls: Any, fam: Family[Any] | None = None) -> str | N
                 f"(grpo_run.{fam.protocol.__name__})"
             )
     return None
+
+
+def _defines(cls: type, member: str) -> bool:
+    """Whether ``cls`` (or a base of its own, not ``object``) defines ``member``; every class has
+    a ``__call__`` of ``type``'s, so dunders are looked up in the MRO."""
+    if not member.startswith("__"):
+        return hasattr(cls, member)
+    return any(member in vars(klass) for klass in cls.__mro__ if klass is not object)
 
 
 def required_methods(protocol: type) -> list[str]:

@@ -1,0 +1,134 @@
+"""The loop's scheduling with fake engines and learners: bounded staleness, real overlap of
+generation and training with ``async_steps = 2``, none with 1, and observers in step order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from grpo_run import Completion
+from grpo_run.core.loop.observers import StepEvent
+from grpo_run.core.loop.scheduler import LoopParts, LoopSettings, TrainingLoop
+from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup
+
+GEN_S = 0.15
+TRAIN_S = 0.15
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.version = 0
+        self.updates: list[int] = []
+
+    async def update_weights(self, state_dict: Any, version: int) -> None:
+        self.version = version
+        self.updates.append(version)
+
+
+class FakeProducer:
+    """Each batch takes GEN_S of (async) generation; its completions carry the engine's version."""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+        self.intervals: dict[int, tuple[float, float]] = {}
+
+    def rollout_state(self) -> dict[str, Any]:
+        return {"sampler": {"next": len(self.intervals)}}
+
+    async def produce(self, index: int) -> RolloutBatch:
+        start = time.perf_counter()
+        version = self.engine.version
+        await asyncio.sleep(GEN_S)
+        self.intervals[index] = (start, time.perf_counter())
+        comp = Completion(token_ids=(3, 4), logprobs=(-1.0, -1.0), text="x", finish_reason="stop",
+                          policy_version=version)
+        group = RolloutGroup(row={"id": f"p{index}"}, prompt_ids=[1, 2], completions=[comp, comp],
+                             rewards=[0.0, 1.0], max_reward=1.0)
+        return RolloutBatch(index, [group], GEN_S, {})
+
+
+class FakeLearner:
+    """Training takes TRAIN_S of blocking work (the loop runs it in a thread)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.intervals: dict[int, tuple[float, float]] = {}
+        self.threads: set[str] = set()
+
+    def train_step(self, seqs: Any) -> dict[str, float]:
+        start = time.perf_counter()
+        self.threads.add(threading.current_thread().name)
+        time.sleep(TRAIN_S)
+        self.steps += 1
+        self.intervals[self.steps] = (start, time.perf_counter())
+        return {"loss/total": float(len(seqs))}
+
+    def skip_step(self) -> None:
+        self.steps += 1
+
+    def weights_snapshot(self) -> dict[str, int]:
+        return {"weights": self.steps}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[StepEvent] = []
+
+    def on_step(self, event: StepEvent) -> None:
+        self.events.append(event)
+
+    def on_run_end(self, status: str, error: BaseException | None) -> None:
+        pass
+
+
+def run_loop(async_steps: int, steps: int = 5, save_freq: int = 0) -> tuple[FakeProducer, FakeLearner, FakeEngine, Recorder]:
+    engine = FakeEngine()
+    producer, learner, recorder = FakeProducer(engine), FakeLearner(), Recorder()
+    loop = TrainingLoop(LoopParts(producer, learner, engine),
+                        LoopSettings(total_steps=steps, async_steps=async_steps, save_freq=save_freq), [recorder])
+    asyncio.run(loop.run())
+    return producer, learner, engine, recorder
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def test_async_steps_2_generates_the_next_batch_while_training_and_is_one_step_stale() -> None:
+    producer, learner, engine, recorder = run_loop(async_steps=2)
+    # Batches 1 and 2 start together (both may use the initial weights); from then on batch i+1
+    # is generated during the training step on batch i.
+    assert overlap(producer.intervals[1], producer.intervals[2]) > 0.5 * GEN_S
+    overlaps = [overlap(producer.intervals[i + 1], learner.intervals[i]) for i in range(2, 5)]
+    assert all(o > 0.5 * min(GEN_S, TRAIN_S) for o in overlaps), overlaps
+    staleness = [e.metrics["rollout/staleness_max"] for e in recorder.events]
+    assert staleness[0] == 0.0 and max(staleness) == 1.0 and all(s <= 1.0 for s in staleness)
+    assert [e.step for e in recorder.events] == [1, 2, 3, 4, 5]
+    assert learner.threads and "MainThread" not in learner.threads  # never blocks the event loop
+    # Wall time: about max(gen, train) per step, not their sum.
+    elapsed = learner.intervals[5][1] - producer.intervals[1][0]
+    assert elapsed < 5 * (GEN_S + TRAIN_S) * 0.8
+
+
+def test_async_steps_1_is_synchronous_and_on_policy() -> None:
+    producer, learner, engine, recorder = run_loop(async_steps=1)
+    assert all(overlap(producer.intervals[i + 1], learner.intervals[i]) == 0.0 for i in range(1, 5))
+    assert [e.metrics["rollout/staleness_max"] for e in recorder.events] == [0.0] * 5
+    assert engine.updates == [1, 2, 3, 4]  # weights reach the engine before every later batch
+
+
+@pytest.mark.parametrize("async_steps", [1, 2, 3])
+def test_staleness_never_exceeds_async_steps_minus_one(async_steps: int) -> None:
+    _, _, _, recorder = run_loop(async_steps=async_steps, steps=6)
+    assert max(e.metrics["rollout/staleness_max"] for e in recorder.events) == async_steps - 1
+
+
+def test_a_checkpoint_step_carries_the_rollout_state_from_before_the_next_draw() -> None:
+    _, _, _, recorder = run_loop(async_steps=2, steps=4, save_freq=2)
+    states = {e.step: e.rollout_state for e in recorder.events}
+    # Before batch 3 was drawn, batches 1 and 2 had been produced; nothing is snapshotted off-cadence.
+    assert states == {1: None, 2: {"sampler": {"next": 2}}, 3: None, 4: None}
