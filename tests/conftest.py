@@ -36,6 +36,20 @@ _ensure_example_plugins()
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu`` tests need CUDA: skipped cleanly (with the reason) on a machine without it."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in gpu:
+        item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def plugin_host():
     from grpo_run.core.plugins.host import build_plugin_host
