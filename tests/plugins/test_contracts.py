@@ -1,0 +1,143 @@
+"""Every registered component passes its family's contract check (``grpo_run.testing``); the
+checks' own tests (broken components caught) are under tests/testing/."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.judge_server import JudgeServer
+
+from grpo_run.testing import (
+    check_engine,
+    check_kl_estimator,
+    check_loss,
+    check_model_source,
+    check_sampler,
+    check_task,
+    check_verifier,
+    sample_rows,
+)
+
+HAVE_BWRAP = shutil.which("bwrap") is not None
+FAST = 0.5
+"""Scorer time limit for this module's own (instant) verifiers."""
+
+
+
+# =============================================================================================
+# Every registered component
+# =============================================================================================
+
+CODE_TESTS = {"tests": ["assert f(1) == 2"]}
+ADD_ONE = "```python\ndef f(x):\n    return x + 1\n```"
+NO_COMMA = {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
+
+
+def _verifier_kwargs(name: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Config, cases and expected scores for each registered verifier."""
+    if name == "math":
+        return {"cases": [("\\boxed{4}", "4", {}), ("\\boxed{5}", "4", {}), ("no answer", "4", {})],
+                "expected": [1.0, 0.0, 0.0], "timeout_s": 1.5}
+    if name == "code":
+        if not HAVE_BWRAP:
+            pytest.skip("the code verifier needs bubblewrap (apt-get install -y bubblewrap)")
+        from grpo_run.plugins.verifiers.code import CodeVerifierConfig
+
+        forever = ("```python\nwhile True:\n    pass\n```", {"tests": ["assert True"]}, {})
+        return {"config": CodeVerifierConfig(timeout_s=5.0, call_budget_s=8.0),
+                "cases": [(ADD_ONE, CODE_TESTS, {}), ("no code", CODE_TESTS, {})], "expected": [1.0, 0.0],
+                "slow_case": forever, "timeout_s": 2.0}  # killed mid-sandbox, well before its own 5 s
+    if name == "format":
+        return {"cases": [("<think>a</think> <answer>b</answer>", None, {}), ("b", None, {})],
+                "expected": [1.0, 0.0], "timeout_s": 1.0}
+    if name == "length":
+        from grpo_run.plugins.verifiers.length import LengthVerifierConfig
+
+        # target 4 (scale 4), penalty from 8 to 12 tokens: 4 -> 1; 6 -> 1 - 2/4; 10 -> (8 - 10)/4; 13 -> -1.
+        config = LengthVerifierConfig(target=4, tolerance=4, max_length=12, overlong_buffer=4)
+        return {"config": config, "cases": [("x", None, {"num_tokens": n}) for n in (4, 6, 10, 13)],
+                "expected": [1.0, 0.5, -0.5, -1.0], "timeout_s": 1.0}
+    if name == "non_stop_penalty":
+        return {"cases": [("x", None, {"finish_reason": "stop"}), ("x", None, {"finish_reason": "length"})],
+                "expected": [0.0, -1.0], "timeout_s": 1.0}
+    if name == "ifeval":
+        return {"cases": [("no commas here", NO_COMMA, {}), ("a, b", NO_COMMA, {})], "expected": [1.0, 0.0],
+                "timeout_s": 1.5}
+    if name == "judge":
+        from grpo_run.plugins.verifiers.judge_config import JudgeConfig
+
+        server = request.getfixturevalue("judge_server")
+        config = JudgeConfig(base_url=server.base_url, model="good", backoff_base_s=0.01, max_backoff_s=0.05)
+        row = {"prompt": "What is 6 x 7?"}
+        return {"config": config, "cases": [("<<score=10>>", "42", row), ("<<score=5>>", "42", row)],
+                "expected": [1.0, 0.5], "timeout_s": 5.0}
+    if name == "exact-match":  # tests/plugin_dist, installed by the conftest
+        return {"cases": [("42", "42", {}), (" 41 ", "42", {})], "expected": [1.0, 0.0], "timeout_s": 1.0}
+    raise KeyError(name)
+
+
+VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math", "non_stop_penalty")
+LOSSES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "reinforce-baseline")
+KL_ESTIMATORS = ("k1", "k2", "k3", "low_var")
+SAMPLERS = ("active", "mixture", "uniform")
+ENGINES = ("hf",)
+TASKS = ("arithmetic",)
+MODELS = ("tiny-arithmetic", "tiny-random")
+TRACKERS: tuple[str, ...] = ()  # none registered: the always-on metrics.jsonl is not a plugin
+COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
+           "task": TASKS, "model": MODELS, "tracker": TRACKERS}
+
+
+@pytest.fixture(scope="module")
+def judge_server() -> Iterator[JudgeServer]:
+    with JudgeServer() as server:
+        yield server
+
+
+def test_every_registered_component_has_a_contract_test(grpo_run_registry) -> None:
+    registered = {(entry.family.key, entry.name) for entry in grpo_run_registry}
+    assert registered == {(family, name) for family, names in COVERED.items() for name in names}
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_verifier_contract(name: str, grpo_run_registry, request: pytest.FixtureRequest) -> None:
+    check_verifier(grpo_run_registry.get("verifier", name), **_verifier_kwargs(name, request))
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_loss_contract(name: str, grpo_run_registry) -> None:
+    check_loss(grpo_run_registry.get("loss", name))
+
+
+@pytest.mark.parametrize("name", KL_ESTIMATORS)
+def test_kl_contract(name: str, grpo_run_registry) -> None:
+    check_kl_estimator(grpo_run_registry.get("kl", name))
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_sampler_contract(name: str, grpo_run_registry) -> None:
+    cls = grpo_run_registry.get("sampler", name)
+    if name == "mixture":
+        rows = [{**row, "dataset": "a" if i % 3 else "b"} for i, row in enumerate(sample_rows(12))]
+        check_sampler(cls, cls.Config(weights={"a": 2.0, "b": 1.0}), rows)
+    else:
+        check_sampler(cls)
+
+
+def test_engine_contract(grpo_run_registry, grpo_run_engine_context) -> None:
+    cls = grpo_run_registry.get("engine", "hf")
+    check_engine(cls, cls.Config(max_batch_size=2), grpo_run_engine_context)  # streams 3 prompts in 3 calls
+
+
+def test_task_contract(grpo_run_registry) -> None:
+    check_task(grpo_run_registry.get("task", "arithmetic"), enabled_verifiers=grpo_run_registry.names("verifier"))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_source_contract(name: str, grpo_run_registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRPO_RUN_CACHE", str(tmp_path))  # tiny-random builds into the cache
+    check_model_source(grpo_run_registry.get("model", name))
