@@ -227,3 +227,18 @@ class Learner:
         self.steps = int(state["steps"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
+
+
+def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
+    """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
+    (``world_size``, ``reduce_sum`` for data-parallel learners)."""
+    model = spec.model
+    policy = model.load(model.policy_from)
+    if model.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    reference = None
+    if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
+        reference = model.load()
+        reference.eval().requires_grad_(False)
+    kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
+    return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)

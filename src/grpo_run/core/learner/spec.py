@@ -89,20 +89,3 @@ class LearnerSpec:
     @property
     def uses_reference(self) -> bool:
         return self.kl.beta > 0 and self.kl.reference != "none"
-
-
-def build_learner(spec: LearnerSpec, **kwargs: Any) -> Any:
-    """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
-    (``world_size``, ``reduce_sum`` for data-parallel learners)."""
-    from grpo_run.core.learner.learner import Learner
-
-    model = spec.model
-    policy = model.load(model.policy_from)
-    if model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    reference = None
-    if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
-        reference = model.load()
-        reference.eval().requires_grad_(False)
-    kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
-    return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)

@@ -13,8 +13,8 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt_set
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
-from grpo_run.core.learner.learner import Learner
-from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, build_learner
+from grpo_run.core.learner.learner import Learner, build_learner
+from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
