@@ -32,6 +32,7 @@ from grpo_run.core.plugins.contracts import (
     Sampler,
     Task,
     Tracker,
+    Transform,
     Verifier,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
@@ -92,6 +93,7 @@ __all__ = [
     "StreamingEngine",
     "Task",
     "Tracker",
+    "Transform",
     "UserError",
     "Verifier",
     "VerifierConfig",
