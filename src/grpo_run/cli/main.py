@@ -80,7 +80,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, host.registry, args.overrides)
     if args.command == "check":
+        from grpo_run.cli.data_check import check_data, print_data_summary
+
+        rows = check_data(cfg, host.registry)
         print(f"{args.config}: ok")
+        print_data_summary(Console(highlight=False), rows)
         return 0
     from grpo_run.core.loop.checkpoint import find_checkpoint
     from grpo_run.core.loop.run import default_run_dir, run_dir_of_checkpoint, train

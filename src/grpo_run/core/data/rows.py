@@ -50,7 +50,8 @@ def map_columns(fields: Mapping[str, Any], columns: ColumnMap, index: int, where
             row.pop("prompt", None)  # the chat is the prompt; a stray "prompt" column must not compete
     else:
         key = columns.prompt_key or "prompt"
-        row["prompt"] = _column(fields, key, "prompt_key", where, hint="or set messages_key for a chat column")
+        option = "prompt_key" if columns.prompt_key else "prompt_key to the prompt column, or messages_key to a chat column"
+        row["prompt"] = _column(fields, key, option, where)
         if key != "messages":
             row.pop("messages", None)
     if columns.ground_truth_key in fields:
@@ -68,11 +69,10 @@ def map_columns(fields: Mapping[str, Any], columns: ColumnMap, index: int, where
     return row
 
 
-def _column(fields: Mapping[str, Any], key: str, option: str, where: str, hint: str = "") -> Any:
+def _column(fields: Mapping[str, Any], key: str, option: str, where: str) -> Any:
     if key not in fields:
         have = ", ".join(sorted(map(str, fields))) or "none"
-        extra = f" ({hint})" if hint else ""
-        raise DataError(f"{where}: no column {key!r} (the source's {option}{extra}); the row has: {have}")
+        raise DataError(f"{where}: no column {key!r} (the source's {option}); the row has: {have}")
     return fields[key]
 
 
