@@ -54,6 +54,8 @@ from grpo_run.core.plugins.types import (
     reaches,
 )
 
+from grpo_run.api import RewardFunction, TrainResult, load_config, score, train
+
 try:
     __version__ = _metadata.version("grpo-run")
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
@@ -82,6 +84,7 @@ __all__ = [
     "PromptRow",
     "RefillingSampler",
     "Registrar",
+    "RewardFunction",
     "RewardFeedbackSampler",
     "RunConfig",
     "RunError",
@@ -92,6 +95,7 @@ __all__ = [
     "Stateful",
     "StreamingEngine",
     "Task",
+    "TrainResult",
     "Tracker",
     "Transform",
     "UserError",
@@ -102,5 +106,8 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "is_solved",
+    "load_config",
     "reaches",
+    "score",
+    "train",
 ]
