@@ -27,7 +27,8 @@ import attrs
 import cloudpickle
 
 from grpo_run.core.errors import UserError
-from grpo_run.core.plugins.hookspecs import hookimpl
+from grpo_run.core.plugins.families import VERIFIER
+from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.core.plugins.types import ShapingVerifierConfig, VerifierResult
 
 CHAT_COLUMNS = ("prompt", "messages", "completion")
@@ -188,15 +189,17 @@ def verifier_tables(funcs: Sequence[RewardFunction]) -> dict[str, dict[str, Any]
     return {f.verifier_name: {"weight": f.weight, "score_range": list(f.score_range)} for f in funcs}
 
 
-class RewardFunctionsPlugin:
-    """Registers the functions' verifier classes (handed to the plugin host as an extra plugin)."""
+DISTRIBUTION = "<python reward functions>"
+"""What ``grpo-run plugins``-style listings and error messages call the functions' origin."""
 
-    DISTRIBUTION = "<python reward functions>"
 
-    def __init__(self, classes: Sequence[type]) -> None:
-        self.classes = list(classes)
-
-    @hookimpl
-    def grpo_run_register_verifiers(self, register: Any) -> None:
-        for cls in self.classes:
-            register(cls)
+def register_reward_functions(registry: ComponentRegistry, funcs: Sequence[RewardFunction]) -> None:
+    """Add each function's verifier class to ``registry``; a name a plugin already uses is an error."""
+    for item in funcs:
+        name = item.verifier_name
+        if registry.has(VERIFIER, name):
+            entry = registry.entry(VERIFIER, name)
+            raise UserError(f"reward function {name!r} has the name of the {name!r} verifier of {entry.distribution!r}; "
+                            "name it apart: grpo_run.RewardFunction(fn, name=...)")
+    for cls in function_verifier_classes(funcs):
+        Registrar(registry, VERIFIER, DISTRIBUTION, "")(cls)

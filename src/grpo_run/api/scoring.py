@@ -6,8 +6,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from grpo_run.api.reward_functions import RewardFunctionsPlugin, as_reward_functions, function_verifier_classes
-from grpo_run.api.reward_functions import verifier_tables
+from grpo_run.api.reward_functions import as_reward_functions, register_reward_functions, verifier_tables
 from grpo_run.api.training import outside_event_loop
 from grpo_run.core.config.converter import make_converter, structure_components
 from grpo_run.core.config.formatting import ConfigError, issues_from_exception
@@ -43,8 +42,8 @@ def score(
         if not isinstance(row.get("completion"), str):
             raise UserError(f"row {i}: needs a 'completion' string")
     funcs = as_reward_functions(reward_funcs or [], reward_weights)
-    extra = [(RewardFunctionsPlugin(function_verifier_classes(funcs)), RewardFunctionsPlugin.DISTRIBUTION)] if funcs else []
-    registry = build_plugin_host(extra_plugins=extra).registry
+    registry = build_plugin_host().registry
+    register_reward_functions(registry, funcs)
     tables: dict[str, Any] = dict(verifiers) if verifiers is not None else {
         name: {} for row in rows for name in _named(row)}
     tables.update(verifier_tables(funcs))

@@ -18,12 +18,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from grpo_run.api.reward_functions import (
-    RewardFunctionsPlugin,
-    as_reward_functions,
-    function_verifier_classes,
-    verifier_tables,
-)
+from grpo_run.api.reward_functions import as_reward_functions, register_reward_functions, verifier_tables
 from grpo_run.core.config import config_to_dict, parse_config
 from grpo_run.core.config.loading import read_toml
 from grpo_run.core.config.schema import RunConfig
@@ -93,8 +88,8 @@ def train(
 def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[float] | None,
              overrides: Mapping[str, Any]) -> tuple[RunConfig, PluginHost]:
     funcs = as_reward_functions(reward_funcs or [], reward_weights)
-    extra = [(RewardFunctionsPlugin(function_verifier_classes(funcs)), RewardFunctionsPlugin.DISTRIBUTION)] if funcs else []
-    host = build_plugin_host(extra_plugins=extra)
+    host = build_plugin_host()
+    register_reward_functions(host.registry, funcs)
     data, source = config_data(config)
     data = merge_tables(data, overrides)
     if funcs:
