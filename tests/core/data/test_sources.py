@@ -248,3 +248,17 @@ def test_check_warns_about_an_empty_eval_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[-2:] == ["warning: data.eval[0] (test) has no rows",
                                     "warning: no eval rows, so evaluation is off (train.local_eval_every is ignored)"]
+
+
+def test_sources_round_trip_through_the_saved_config(registry):
+    import tomllib
+
+    from grpo_run.core.config import dump_config_toml
+
+    cfg = config(registry, [{"path": "a.jsonl", "prompt_key": "question", "ground_truth_key": "answer",
+                             "transform": {"name": "boxed", "on_missing": "drop"}, "verifier": "math", "rows": 5},
+                            {"hf_dataset": "x/y", "subset": "main", "weight": 0.5, "system_prompt": "Be \"brief\"."}],
+                 [{"path": "b.parquet", "transform": "gsm8k"}], seed=7, apply_chat_template=True, max_prompt_token_length=64)
+    text = dump_config_toml(cfg)
+    assert parse_config(tomllib.loads(text), registry) == cfg
+    assert cfg.data.train[0].transform.name == "boxed" and cfg.data.train[0].transform.config.on_missing == "drop"

@@ -84,3 +84,11 @@ progress = false
     for m in steps:
         assert m["verifier/reasoning_gym/calls"] == 12.0 and m["verifier/reasoning_gym/errors"] == 0.0
     assert [m["eval/num_prompts"] for m in metrics if "eval/num_prompts" in m] == [6.0, 6.0]
+
+
+def test_the_example_config_checks(capsys):
+    from support.paths import EXAMPLES
+
+    example = EXAMPLES / "reasoning_gym.toml"
+    assert main(["check", str(example), "--set", "model.name_or_path=tiny-arithmetic"]) == 0
+    assert capsys.readouterr().out == f"{example}: ok\n  task reasoning_gym: 2000 rows read, 2000 used\n"
