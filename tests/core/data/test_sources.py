@@ -262,3 +262,49 @@ def test_sources_round_trip_through_the_saved_config(registry):
     text = dump_config_toml(cfg)
     assert parse_config(tomllib.loads(text), registry) == cfg
     assert cfg.data.train[0].transform.name == "boxed" and cfg.data.train[0].transform.config.on_missing == "drop"
+
+
+def test_a_transform_that_breaks_names_itself_and_the_row(tmp_path):
+    import attrs
+
+    from grpo_run.core.errors import PluginError
+    from grpo_run.core.plugins.host import build_plugin_host
+    from grpo_run.core.plugins.registry import Registrar
+
+    @attrs.frozen
+    class NoOptions:
+        pass
+
+    class Crashes:
+        name = "crashes"
+        Config = NoOptions
+
+        def __init__(self, config):
+            pass
+
+        def __call__(self, row):
+            return row["prompt"].missing_method()
+
+    class ReturnsText:
+        name = "returns_text"
+        Config = NoOptions
+
+        def __init__(self, config):
+            pass
+
+        def __call__(self, row):
+            return "not a row"
+
+    registry = build_plugin_host().registry
+    for cls in (Crashes, ReturnsText):
+        Registrar(registry, "transform", "tests", "0")(cls)
+    path = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "x", "ground_truth": "1"}])
+    for name, message in [
+        ("crashes", f"{path}:1: transform 'crashes' raised AttributeError: 'str' object has no attribute "
+                    "'missing_method'"),
+        ("returns_text", f"{path}:1: transform 'returns_text' returned str, expected a row (a mapping) or None"),
+    ]:
+        cfg = config(registry, [{"path": str(path), "verifier": "math", "transform": name}])
+        with pytest.raises(PluginError) as e:
+            load_rows(cfg, registry)
+        assert str(e.value) == message

@@ -17,6 +17,7 @@ from grpo_run.core.config.schema import DataSource, RunConfig
 from grpo_run.core.data.mixer import take_rows, target_count
 from grpo_run.core.data.readers import read_source
 from grpo_run.core.data.rows import ColumnMap, DataError, map_columns, normalise_row
+from grpo_run.core.errors import PluginError
 from grpo_run.core.plugins.abilities import ShapingConfig
 from grpo_run.core.plugins.families import TASK, TRANSFORM
 from grpo_run.core.plugins.registry import ComponentRegistry
@@ -113,11 +114,22 @@ def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[
     for index, item in enumerate(raw):
         row: Mapping[str, Any] | None = map_columns(item.fields, columns, index, item.where)
         if transform is not None:
-            try:
-                row = transform(dict(row))  # type: ignore[arg-type]
-            except (ValueError, TypeError, KeyError) as exc:
-                raise DataError(f"{item.where}: transform {source.transform.name!r}: {exc}") from None  # type: ignore[union-attr]
+            row = _transformed(transform, source.transform.name, row, item.where)  # type: ignore[union-attr]
             if row is None:
                 continue
         kept.append(normalise_row(row, item.where, enabled, every_row))
     return len(raw), kept
+
+
+def _transformed(transform: Any, name: str, row: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+    """The transform's result; its ``ValueError`` is a data error, anything else a plugin defect,
+    both naming the row and the transform."""
+    try:
+        out = transform(dict(row))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DataError(f"{where}: transform {name!r}: {exc}") from None
+    except Exception as exc:  # a bug in the transform's own code
+        raise PluginError(f"{where}: transform {name!r} raised {type(exc).__name__}: {exc}") from exc
+    if out is not None and not isinstance(out, Mapping):
+        raise PluginError(f"{where}: transform {name!r} returned {type(out).__name__}, expected a row (a mapping) or None")
+    return out
