@@ -4,6 +4,8 @@ The public API: everything a plugin may import. The hook markers, the family con
 optional abilities (named protocols), the data components exchange, the errors a component may
 raise, and the pieces of the config a component's own rules look at. Built-in plugins import
 only from here, exactly as third-party ones do; everything under ``grpo_run.core`` is internal.
+Also the Python API for notebooks and scripts: :func:`train`, :func:`load_config`, :func:`score`
+and :class:`RewardFunction` (docs/python-api.md).
 """
 
 from importlib import metadata as _metadata
@@ -32,6 +34,7 @@ from grpo_run.core.plugins.contracts import (
     Sampler,
     Task,
     Tracker,
+    Transform,
     Verifier,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
@@ -52,6 +55,8 @@ from grpo_run.core.plugins.types import (
     is_solved,
     reaches,
 )
+
+from grpo_run.api import RewardFunction, TrainResult, load_config, score, train
 
 try:
     __version__ = _metadata.version("grpo-run")
@@ -81,6 +86,7 @@ __all__ = [
     "PromptRow",
     "RefillingSampler",
     "Registrar",
+    "RewardFunction",
     "RewardFeedbackSampler",
     "RunConfig",
     "RunError",
@@ -91,7 +97,9 @@ __all__ = [
     "Stateful",
     "StreamingEngine",
     "Task",
+    "TrainResult",
     "Tracker",
+    "Transform",
     "UserError",
     "Verifier",
     "VerifierConfig",
@@ -100,5 +108,8 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "is_solved",
+    "load_config",
     "reaches",
+    "score",
+    "train",
 ]

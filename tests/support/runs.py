@@ -59,9 +59,9 @@ def write_run(
     **sections: Any,
 ) -> Path:
     """Write the rows and the config; returns the config's path."""
-    data: dict[str, Any] = {"train_files": [str(write_rows(tmp_path / "train.jsonl", train_rows, verifier, prompt, gold))]}
+    data: dict[str, Any] = {"train": [{"path": str(write_rows(tmp_path / "train.jsonl", train_rows, verifier, prompt, gold))}]}
     if eval_rows:
-        data["eval_files"] = [str(write_rows(tmp_path / "eval.jsonl", eval_rows, verifier, prompt, gold))]
+        data["eval"] = [{"path": str(write_rows(tmp_path / "eval.jsonl", eval_rows, verifier, prompt, gold))}]
     config = merge(DEFAULTS, {"data": data, "verifiers": {verifier: dict(verifier_config or {})}})
     config = merge(config, sections)
     path = tmp_path / name

@@ -1,8 +1,12 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete: completion is cheap to ask for; see docs/python-api.md)
 """The ``grpo-run`` command.
 
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
+    grpo-run --version
+
+Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
 
 User mistakes print a clear message and exit 2, never a traceback.
 """
@@ -10,6 +14,7 @@ User mistakes print a clear message and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +32,7 @@ COMMANDS = ("train", "check", "plugins", "score")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo-run", description="GRPO training for language models.")
+    parser.add_argument("--version", action="version", version=f"grpo-run {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("train", "train with a TOML config"), ("check", "validate a config without loading a model")):
         p = sub.add_parser(name, help=help_text)
@@ -43,11 +49,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from grpo_run import __version__
+
+    return __version__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "train")  # `grpo-run config.toml` means train
-    args = _parser().parse_args(args_list)
+    parser = _parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete); answers and exits
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(args_list)
     err = Console(stderr=True, highlight=False)
     try:
         return _dispatch(args)
@@ -80,7 +97,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, host.registry, args.overrides)
     if args.command == "check":
+        from grpo_run.cli.data_check import check_data, print_data_summary
+
+        rows = check_data(cfg, host.registry)
         print(f"{args.config}: ok")
+        print_data_summary(Console(highlight=False), rows)
         return 0
     from grpo_run.core.loop.checkpoint import find_checkpoint
     from grpo_run.core.loop.run import default_run_dir, run_dir_of_checkpoint, train

@@ -370,25 +370,35 @@ def test_plugin_name_must_be_a_string_and_task_needs_one(registry: ComponentRegi
         ({"verifiers": {"math": {"weight": 0}}}, "verifiers", "every enabled verifier has weight 0"),
         ({"task": None, "train": {"local_eval_every": 0}}, "data", "no training data"),
         (
-            {"data": {"train_files": ["a.jsonl"], "hf_dataset": "x/y"}},
-            "data",
-            "more than one training data source given ([task], data.train_files, data.hf_dataset)",
+            {"data": {"train": [{"path": "a.jsonl"}]}},
+            "data.train",
+            "a [task] makes its own rows; remove [task] or the data.train sources",
         ),
         (
-            {"task": None, "data": {"hf_dataset": "x/y", "hf_eval_split": "test", "eval_files": ["e.jsonl"]}},
-            "data.eval_files",
-            "only allowed together with data.train_files",
+            {"data": {"eval": [{"path": "e.jsonl"}]}},
+            "data.eval",
+            "a [task] makes its own eval rows",
         ),
-        ({"data": {"hf_eval_split": "test"}}, "data.hf_eval_split", "only allowed together with data.hf_dataset"),
         (
-            {"task": None, "data": {"train_files": ["a.jsonl"]}},
+            {"task": None, "data": {"train": [{"path": "a.jsonl"}]}},
             "train.local_eval_every",
             "is 10 but there are no eval rows",
         ),
         (
-            {"data": {"default_verifier": "mth"}},
-            "data.default_verifier",
+            {"task": None, "train": {"local_eval_every": 0}, "data": {"train": [{"path": "a.jsonl", "verifier": "mth"}]}},
+            "data.train[0].verifier",
             "'mth' is not an enabled verifier (did you mean 'math'?); enabled: math",
+        ),
+        (
+            {"task": None, "train": {"local_eval_every": 0},
+             "data": {"apply_chat_template": False, "train": [{"path": "a.jsonl", "system_prompt": "Be brief."}]}},
+            "data.train[0].system_prompt",
+            "needs data.apply_chat_template = true",
+        ),
+        (
+            {"task": None, "data": {"train": [{"path": "a.jsonl"}], "eval": [{"path": "b.jsonl", "weight": 2.0}]}},
+            "data.eval[0].weight",
+            "must be <= 1 for an eval source (rows would repeat), got 2.0",
         ),
         ({"optim": {"warmup_steps": 200}}, "optim.warmup_steps", "must be <= train.total_steps (100), got 200"),
     ],
@@ -403,10 +413,11 @@ def test_each_invariant_fires_with_its_path(
 
 def test_invariants_accept_the_sources_they_allow(registry: ComponentRegistry) -> None:
     files = with_(
-        task=None, data={"train_files": ["a.jsonl"], "eval_files": ["b.jsonl"], "default_verifier": "math"}
+        task=None, data={"train": [{"path": "a.jsonl", "verifier": "math"}], "eval": [{"path": "b.jsonl"}]}
     )
-    hf = with_(task=None, data={"hf_dataset": "x/y", "hf_eval_split": "test"})
-    no_eval = with_(task=None, data={"train_files": ["a.jsonl"]}, train={"local_eval_every": 0})
+    hf = with_(task=None, data={"train": [{"hf_dataset": "x/y", "subset": "main"}],
+                                "eval": [{"hf_dataset": "x/y", "split": "test"}]})
+    no_eval = with_(task=None, data={"train": [{"path": "a.jsonl"}]}, train={"local_eval_every": 0})
     for data in (files, hf, no_eval):
         parse_config(data, registry)
     single = with_(rollout={"num_samples_per_prompt_rollout": 1}, algorithm={"filter_zero_std_samples": False})
@@ -446,9 +457,9 @@ def test_all_errors_are_reported_at_once_each_on_its_own_line(registry: Componen
 
 
 def test_invariants_are_reported_together(registry: ComponentRegistry) -> None:
-    data = with_(optim={"warmup_steps": 200}, algorithm={"pack_length": 10}, data={"default_verifier": "code"})
+    data = with_(optim={"warmup_steps": 200}, algorithm={"pack_length": 10}, data={"eval": [{"path": "e.jsonl"}]})
     paths = [i.path for i in issues(data, registry)]
-    assert paths == ["algorithm.pack_length", "data.default_verifier", "optim.warmup_steps"]
+    assert paths == ["algorithm.pack_length", "data.eval", "optim.warmup_steps"]
 
 
 # ---------------------------------------------------------------------------------------------

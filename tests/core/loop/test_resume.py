@@ -98,7 +98,7 @@ def test_resume_finds_the_newest_checkpoint_and_refuses_a_finished_run(tmp_path:
         find_checkpoint(tmp_path / "nope")
 
     cfg = tmp_path / "run.toml"
-    cfg.write_text('[data]\ntrain_files = ["a.jsonl"]\n[train]\ntotal_steps = 2\nlocal_eval_every = 0\n[verifiers.math]\n')
+    cfg.write_text('[[data.train]]\npath = "a.jsonl"\n[train]\ntotal_steps = 2\nlocal_eval_every = 0\n[verifiers.math]\n')
     assert main([str(cfg), "--resume", str(run)]) == 2
     err = capsys.readouterr().err
     assert "checkpoint step_2 is at step 2, and train.total_steps = 2: nothing left to train" in err

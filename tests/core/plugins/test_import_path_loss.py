@@ -56,7 +56,7 @@ def test_plugins_command_lists_the_example_loss(capsys) -> None:
 
 
 def test_example_loss_config_is_validated_by_its_own_rules(plugin_host) -> None:
-    data = {"data": {"train_files": ["a.jsonl"]}, "train": {"local_eval_every": 0},
+    data = {"data": {"train": [{"path": "a.jsonl"}]}, "train": {"local_eval_every": 0},
             "verifiers": {"exact-match": {}}, "loss": {"name": IMPORT_PATH, "max_ratio": 0.5}}
     with pytest.raises(ConfigError) as err:
         parse_config(data, plugin_host.registry, "run.toml")
@@ -75,7 +75,7 @@ def test_import_path_to_a_plain_module(tmp_path: Path, monkeypatch, plugin_host)
         "        max_ratio: float = 2.0\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    data = {"data": {"train_files": ["a.jsonl"]}, "train": {"local_eval_every": 0},
+    data = {"data": {"train": [{"path": "a.jsonl"}]}, "train": {"local_eval_every": 0},
             "verifiers": {"exact-match": {}}, "loss": {"name": "my_project_losses:Sharper", "max_ratio": 3}}
     cfg = parse_config(data, plugin_host.registry)
     entry = plugin_host.registry.entry("loss", "my_project_losses:Sharper")

@@ -117,7 +117,7 @@ def test_every_hook_is_documented():
     from grpo_run.core.plugins import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("grpo_run_")]
-    assert len(hooks) == 11
+    assert len(hooks) == 12
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert "Called" in doc, f"{name} does not say when it is called"

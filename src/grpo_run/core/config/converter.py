@@ -18,9 +18,9 @@ from cattrs.errors import ClassValidationError
 
 from grpo_run.core.config.formatting import describe_value, unknown_key_error, with_key
 from grpo_run.core.config.hooks import register_strict_hooks, structure_attrs
-from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig
+from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig, TransformSlot
 from grpo_run.core.errors import UnknownComponentError
-from grpo_run.core.plugins.families import Family, family_of_slot
+from grpo_run.core.plugins.families import TRANSFORM, Family, family_of_slot
 from grpo_run.core.plugins.registry import ComponentRegistry
 
 
@@ -35,7 +35,14 @@ def make_converter(registry: ComponentRegistry) -> cattrs.Converter:
     converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
     register_strict_hooks(converter)
     converter.register_structure_hook(RunConfig, lambda data, _cls: structure_run_config(converter, registry, data))
+    converter.register_structure_hook(TransformSlot, lambda data, _cls: structure_transform(converter, registry, data))
     return converter
+
+
+def structure_transform(converter: cattrs.Converter, registry: ComponentRegistry, data: Any) -> TransformSlot:
+    """A data source's ``transform``: a name (``"gsm8k"``) or a table with ``name`` and options."""
+    table = {"name": data} if isinstance(data, str) else data
+    return _structure_slot(converter, registry, TRANSFORM, TransformSlot, table, None)  # type: ignore[return-value]
 
 
 def structure_run_config(converter: cattrs.Converter, registry: ComponentRegistry, data: Any) -> RunConfig:

@@ -13,11 +13,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from grpo_run.core.config.data_rules import DATA_RULES
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
 from grpo_run.core.plugins.families import FAMILIES
-from grpo_run.core.plugins.registry import did_you_mean
 from grpo_run.core.plugins.types import VerifierConfig
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
@@ -77,73 +77,6 @@ def _weight(config: Any) -> float:
 
 def _mode(config: Any) -> str:
     return config.mode if isinstance(config, ShapingConfig) else "additive"
-
-
-def one_data_source(cfg: RunConfig) -> list[ConfigIssue]:
-    """Training rows come from exactly one of a task, local files or a Hugging Face dataset."""
-    given = [
-        label
-        for label, present in (
-            ("[task]", cfg.task is not None),
-            ("data.train_files", bool(cfg.data.train_files)),
-            ("data.hf_dataset", cfg.data.hf_dataset is not None),
-        )
-        if present
-    ]
-    if len(given) == 1:
-        return []
-    if not given:
-        return [ConfigIssue("data", "no training data: set one of [task], data.train_files or data.hf_dataset")]
-    return [ConfigIssue("data", f"more than one training data source given ({', '.join(given)}); choose one")]
-
-
-def eval_files_need_train_files(cfg: RunConfig) -> list[ConfigIssue]:
-    """A task brings its own eval rows and a Hugging Face dataset uses ``hf_eval_split``."""
-    if not cfg.data.eval_files or cfg.data.train_files:
-        return []
-    return [
-        ConfigIssue(
-            "data.eval_files",
-            "only allowed together with data.train_files (a task makes its own eval rows; "
-            "with data.hf_dataset use data.hf_eval_split)",
-        )
-    ]
-
-
-def hf_eval_split_needs_hf_dataset(cfg: RunConfig) -> list[ConfigIssue]:
-    """An eval split of no dataset would be silently ignored."""
-    if cfg.data.hf_eval_split is None or cfg.data.hf_dataset is not None:
-        return []
-    return [ConfigIssue("data.hf_eval_split", "only allowed together with data.hf_dataset")]
-
-
-def eval_needs_eval_rows(cfg: RunConfig) -> list[ConfigIssue]:
-    """Periodic evaluation needs somewhere to take eval prompts from."""
-    has_eval = cfg.task is not None or bool(cfg.data.eval_files) or cfg.data.hf_eval_split is not None
-    if cfg.train.local_eval_every == 0 or has_eval:
-        return []
-    return [
-        ConfigIssue(
-            "train.local_eval_every",
-            f"is {cfg.train.local_eval_every} but there are no eval rows: set data.eval_files or "
-            "data.hf_eval_split (a [task] has its own), or set train.local_eval_every = 0",
-        )
-    ]
-
-
-def default_verifier_is_enabled(cfg: RunConfig) -> list[ConfigIssue]:
-    """Rows without a ``verifier`` column must be scored by a verifier that is configured."""
-    name = cfg.data.default_verifier
-    if name is None or name in cfg.verifiers:
-        return []
-    enabled = sorted(cfg.verifiers)
-    return [
-        ConfigIssue(
-            "data.default_verifier",
-            f"{name!r} is not an enabled verifier{did_you_mean(name, enabled)}; "
-            f"enabled: {', '.join(enabled) or 'none'} (enable one with a [verifiers.<name>] table)",
-        )
-    ]
 
 
 def warmup_within_training(cfg: RunConfig) -> list[ConfigIssue]:
@@ -255,11 +188,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     pack_length_fits_one_sequence,
     groups_can_have_spread,
     some_reward_enabled,
-    one_data_source,
-    eval_files_need_train_files,
-    hf_eval_split_needs_hf_dataset,
-    eval_needs_eval_rows,
-    default_verifier_is_enabled,
+    *DATA_RULES,
     warmup_within_training,
     loss_denominator_is_token_or_positive,
     kl_penalty_needs_reference,

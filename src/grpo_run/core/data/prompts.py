@@ -49,24 +49,50 @@ class PromptSet:
     eval: list[PromptRow]
     dropped: int = 0
     """Rows left out because their prompt is longer than ``data.max_prompt_token_length``."""
+    warnings: list[str] = attrs.Factory(list)
+    """What the console should say about the data (an empty eval source, evaluation off)."""
 
 
 class PromptEncoder:
-    """Turns rows into prompt token ids with the tokenizer's chat template."""
+    """Turns rows into prompt token ids: through the tokenizer's chat template (``messages`` rows,
+    and ``prompt`` rows as one user message when ``apply_chat_template``), or as plain text."""
 
-    def __init__(self, tokenizer: Any, max_prompt_tokens: int) -> None:
+    def __init__(self, tokenizer: Any, max_prompt_tokens: int, apply_chat_template: bool = True) -> None:
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
+        self.apply_chat_template = apply_chat_template
 
     def encode(self, row: Mapping[str, Any]) -> list[int]:
         """Token ids of the row's prompt (its own when it is a :class:`PromptRow`)."""
         if isinstance(row, PromptRow):
             return list(row.token_ids)
-        if "messages" in row:
-            text = self.tokenizer.apply_chat_template(list(row["messages"]), add_generation_prompt=True, tokenize=False)
-        else:
+        messages = self.chat_of(row)
+        if messages is None:
             text = row["prompt"]
+        else:
+            self._check_template(row)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def chat_of(self, row: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+        """The chat the template renders for ``row``, or None for a plain-text prompt."""
+        if "messages" in row:
+            if not self.apply_chat_template:
+                raise DataError(f"row {row.get('id')!r} is a chat ('messages'), and data.apply_chat_template = "
+                                "false; a chat needs the template (set it to true)")
+            return list(row["messages"])
+        if not self.apply_chat_template:
+            return None
+        system = row.get("system_prompt")
+        user = {"role": "user", "content": row["prompt"]}
+        return [{"role": "system", "content": system}, user] if system is not None else [user]
+
+    def _check_template(self, row: Mapping[str, Any]) -> None:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            option = "" if "messages" in row else ("; set data.apply_chat_template = false to feed "
+                                                   "'prompt' columns as plain text")
+            raise DataError(f"the model's tokenizer has no chat template, and row {row.get('id')!r} needs one "
+                            f"(data.apply_chat_template = true){option}")
 
     def tokenise(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[PromptRow], int]:
         """Every row that fits ``max_prompt_tokens`` as a :class:`PromptRow`, and how many did not fit."""
@@ -78,7 +104,10 @@ class PromptEncoder:
         return kept, len(rows) - len(kept)
 
 
-def tokenise_prompt_set(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]], encoder: PromptEncoder) -> PromptSet:
+def tokenise_prompt_set(
+    train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]], encoder: PromptEncoder,
+    warnings: Sequence[str] = (),
+) -> PromptSet:
     """Tokenise checked rows once; rows whose prompt is too long are dropped and counted."""
     kept_train, dropped_train = encoder.tokenise(train)
     kept_eval, dropped_eval = encoder.tokenise(evals)
@@ -86,4 +115,8 @@ def tokenise_prompt_set(train: Sequence[Mapping[str, Any]], evals: Sequence[Mapp
         raise DataError(
             f"every training prompt is longer than data.max_prompt_token_length={encoder.max_prompt_tokens} tokens"
         )
-    return PromptSet(train=kept_train, eval=kept_eval, dropped=dropped_train + dropped_eval)
+    notes = list(warnings)
+    if evals and not kept_eval:
+        notes.append(f"every eval prompt is longer than data.max_prompt_token_length={encoder.max_prompt_tokens} "
+                     "tokens, so evaluation is off")
+    return PromptSet(train=kept_train, eval=kept_eval, dropped=dropped_train + dropped_eval, warnings=notes)

@@ -1,107 +1,135 @@
-"""Where prompt rows come from: a task plugin, local files or a Hugging Face dataset.
+"""Where prompt rows come from: a task plugin, or the ``data.train`` / ``data.eval`` sources.
 
-:func:`load_prompt_set` reads the configured source and checks every row
-(:func:`~grpo_run.core.data.rows.normalise_row`); tokenising is :mod:`.prompts`' job.
+:func:`load_rows` reads each source (:mod:`.readers`), maps its columns and applies its transform
+(:mod:`.rows`), checks every row (:func:`~grpo_run.core.data.rows.normalise_row`) and mixes the
+sources (:mod:`.mixer`). It needs no model, so ``grpo-run check`` runs it too. Tokenising is
+:mod:`.prompts`' job.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.data.rows import DataError, normalise_row
-from grpo_run.core.plugins.families import TASK
+from grpo_run.core.config.schema import DataSource, RunConfig
+from grpo_run.core.data.mixer import take_rows, target_count
+from grpo_run.core.data.readers import read_source
+from grpo_run.core.data.rows import ColumnMap, DataError, map_columns, normalise_row
+from grpo_run.core.errors import PluginError
+from grpo_run.core.plugins.abilities import ShapingConfig
+from grpo_run.core.plugins.families import TASK, TRANSFORM
 from grpo_run.core.plugins.registry import ComponentRegistry
 
 Row = Mapping[str, Any]
 
 
 @attrs.frozen
+class SourceSummary:
+    """What one source gave: rows read, rows its transform left out, rows it contributes."""
+
+    key: str
+    """``data.train[0]``, ``data.eval[1]`` or ``task``."""
+    label: str
+    read: int
+    dropped: int
+    used: int
+
+
+@attrs.frozen
 class LoadedRows:
-    """Train and eval rows of a run."""
+    """Train and eval rows of a run, with what each source gave and warnings for the console."""
 
     train: list[Row]
     eval: list[Row]
+    sources: list[SourceSummary] = attrs.Factory(list)
+    warnings: list[str] = attrs.Factory(list)
 
 
 def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
-    """Load train/eval rows from the configured source and check every row."""
-    data = cfg.data
+    """Load, map, transform, check and mix the rows of the configured sources."""
+    enabled = list(cfg.verifiers)
+    every_row = any(isinstance(c, ShapingConfig) and c.all_rows for c in cfg.verifiers.values())
     if cfg.task is not None:
         task = registry.get(TASK, cfg.task.name)(cfg.task.config)
-        train = [{"dataset": cfg.task.name, **r} for r in task.train_rows()]
-        evals = [{"dataset": cfg.task.name, **r} for r in task.eval_rows()]
-        source = f"task {cfg.task.name!r}"
-    elif data.train_files:
-        train = [r for f in data.train_files for r in read_rows_file(f)]
-        evals = [r for f in data.eval_files for r in read_rows_file(f)]
-        source = ", ".join(data.train_files)
-    elif data.hf_dataset:
-        train, evals = _load_hf_dataset(data.hf_dataset, data.hf_train_split, data.hf_eval_split)
-        source = f"dataset {data.hf_dataset!r}"
-    else:  # the config invariants make this unreachable; keep the message clear anyway
-        raise DataError("no prompt source: set [task], data.train_files or data.hf_dataset")
-    if data.num_eval_prompts:
-        evals = evals[: data.num_eval_prompts]
-    enabled = list(cfg.verifiers)
-    train = [normalise_row(r, i, "train", data.default_verifier, enabled) for i, r in enumerate(train)]
-    evals = [normalise_row(r, i, "eval", data.default_verifier, enabled) for i, r in enumerate(evals)]
+        train = _task_rows(task.train_rows(), cfg.task.name, "train", enabled, every_row)
+        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", enabled, every_row)
+        summaries = [SourceSummary("task", cfg.task.name, len(train), 0, len(train))]
+    else:
+        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, enabled, every_row)
+        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, enabled, every_row)
+        summaries += eval_summaries
     if not train:
-        raise DataError(f"{source}: no training rows")
-    return LoadedRows(train=train, eval=evals)
+        raise DataError("no training rows: every data.train source is empty or filtered out by its transform")
+    warnings = [f"{s.key} ({s.label}) has no rows" for s in summaries if s.key.startswith("data.eval") and s.used == 0]
+    if cfg.data.eval and not evals and cfg.train.local_eval_every:
+        warnings.append("no eval rows, so evaluation is off (train.local_eval_every is ignored)")
+    return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings)
 
 
-def read_rows_file(path: str | Path) -> list[dict[str, Any]]:
-    """Read rows from a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file; errors name the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise DataError(f"{path}: reading parquet needs pyarrow (pip install 'grpo-run[data]')") from exc
-        return [{"dataset": path.stem, **r} for r in pq.read_table(path).to_pylist()]
-    rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        if suffix == ".json":
-            try:
-                loaded = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-            if not isinstance(loaded, list):
-                raise DataError(f"{path}: expected a JSON list of rows")
-            rows = [{"dataset": path.stem, **r} if isinstance(r, dict) else r for r in loaded]
-        else:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}:{lineno}: a row must be a JSON object")
-                row.setdefault("_source", f"{path}:{lineno}")
-                row.setdefault("dataset", path.stem)
-                rows.append(row)
-    return rows
+def _task_rows(rows: Sequence[Row], name: str, split: str, enabled: list[str], every_row: bool) -> list[Row]:
+    out = []
+    for i, row in enumerate(rows):
+        fields = {"dataset": name, **row}
+        fields.setdefault("id", f"{name}-{split}-{i}")
+        out.append(normalise_row(fields, f"task {name!r} {split} row {i}", enabled, every_row))
+    return out
 
 
-def _load_hf_dataset(name: str, train_split: str, eval_split: str | None) -> tuple[list[Row], list[Row]]:
+def _mix(
+    key: str, sources: Sequence[DataSource], cfg: RunConfig, registry: ComponentRegistry,
+    enabled: list[str], every_row: bool,
+) -> tuple[list[Row], list[SourceSummary]]:
+    rows: list[Row] = []
+    summaries = []
+    for position, source in enumerate(sources):
+        where = f"{key}[{position}]"
+        loaded = _source_rows(source, registry, enabled, every_row)
+        read, kept = loaded
+        count = target_count(len(kept), source.weight, source.rows)
+        if count > 0 and not kept:
+            raise DataError(f"{where} ({source.label}): no rows to take {count} from")
+        if count == 0 and kept:
+            raise DataError(f"{where} ({source.label}): weight {source.weight} of {len(kept)} rows gives no rows")
+        used = take_rows(kept, count, cfg.data.seed, position)
+        summaries.append(SourceSummary(where, source.label, read, read - len(kept), len(used)))
+        rows.extend(used)
+    return rows, summaries
+
+
+def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[str],
+                 every_row: bool) -> tuple[int, list[Row]]:
+    """(rows read, rows kept after the transform), each mapped and checked."""
+    columns = ColumnMap(
+        dataset=source.label, prompt_key=source.prompt_key, messages_key=source.messages_key,
+        ground_truth_key=source.ground_truth_key, verifier=source.verifier, verifier_key=source.verifier_key,
+        id_key=source.id_key, system_prompt=source.system_prompt,
+    )
+    transform = None
+    if source.transform is not None:
+        transform = registry.get(TRANSFORM, source.transform.name)(source.transform.config)
+    raw = read_source(source)
+    kept = []
+    for index, item in enumerate(raw):
+        row: Mapping[str, Any] | None = map_columns(item.fields, columns, index, item.where)
+        if transform is not None:
+            row = _transformed(transform, source.transform.name, row, item.where)  # type: ignore[union-attr]
+            if row is None:
+                continue
+        kept.append(normalise_row(row, item.where, enabled, every_row))
+    return len(raw), kept
+
+
+def _transformed(transform: Any, name: str, row: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+    """The transform's result; its ``ValueError`` is a data error, anything else a plugin defect,
+    both naming the row and the transform."""
     try:
-        import datasets
-    except ImportError as exc:
-        raise DataError(f"data.hf_dataset={name!r} needs the 'datasets' package: pip install 'grpo-run[data]'") from exc
-    try:
-        train = [{"dataset": name, **r} for r in datasets.load_dataset(name, split=train_split).to_list()]
-        evals = [{"dataset": name, **r} for r in datasets.load_dataset(name, split=eval_split).to_list()] if eval_split else []
-    except Exception as exc:  # network, missing split, ...: the user must act
-        raise DataError(f"cannot load dataset {name!r}: {type(exc).__name__}: {exc}") from exc
-    return train, evals
+        out = transform(dict(row))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DataError(f"{where}: transform {name!r}: {exc}") from None
+    except Exception as exc:  # a bug in the transform's own code
+        raise PluginError(f"{where}: transform {name!r} raised {type(exc).__name__}: {exc}") from exc
+    if out is not None and not isinstance(out, Mapping):
+        raise PluginError(f"{where}: transform {name!r} returned {type(out).__name__}, expected a row (a mapping) or None")
+    return out

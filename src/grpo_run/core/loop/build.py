@@ -125,8 +125,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         raise UserError(f"model.name_or_path={cfg.model.name_or_path!r}: cannot load the tokenizer: {exc}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length)
-    prompts = tokenise_prompt_set(rows.train, rows.eval, encoder)
+    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length, cfg.data.apply_chat_template)
+    prompts = tokenise_prompt_set(rows.train, rows.eval, encoder, rows.warnings)
     if prompts.dropped:
         log.warning("prompts_too_long_dropped", count=prompts.dropped,
                     max_prompt_token_length=cfg.data.max_prompt_token_length)
@@ -140,7 +140,6 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     scorer = RewardScorer.from_config(
         cfg.scoring,
         verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
-        default_verifier=cfg.data.default_verifier,
     )
     sampler = registry.get(SAMPLER, cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)
     trackers = [registry.get(TRACKER, name)(conf, str(run_dir)) for name, conf in cfg.trackers.items()]

@@ -115,6 +115,9 @@ def train(
                 f"{parts.prompts.dropped} prompts are longer than data.max_prompt_token_length="
                 f"{cfg.data.max_prompt_token_length} tokens and were left out"
             )
+        for note in parts.prompts.warnings:
+            progress.warning(note)
+            log.warning("data", message=note)
         hooks.notify("grpo_run_run_start", config=cfg, run_dir=str(run_dir))
         built = parts
 

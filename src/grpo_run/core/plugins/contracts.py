@@ -165,6 +165,28 @@ class Task(Protocol):
 
 
 @runtime_checkable
+class Transform(Protocol):
+    """Rewrites a prompt row as it loads (a data source's ``transform``), or drops it.
+
+    Called once per row, after the source's columns were mapped to the standard keys
+    (``prompt`` or ``messages``, ``ground_truth``, ``verifier``, ``id``, ``dataset``) and before
+    the row is checked, so it can derive the ground truth (``"gsm8k"``: ``... #### 72`` -> ``72``),
+    build a prompt, or filter rows. Runs in the training process when the data loads (and in
+    ``grpo-run check``); raising :class:`ValueError` names the row in a data error.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any) -> None: ...
+
+    def __call__(self, row: dict[str, Any]) -> Mapping[str, Any] | None:
+        """The transformed row (``row`` may be changed in place and returned), or ``None`` to
+        leave the row out."""
+        ...
+
+
+@runtime_checkable
 class ModelSource(Protocol):
     """A named model that is built or shipped locally, selected by ``model.name_or_path``."""
 

@@ -20,6 +20,7 @@ from grpo_run.core.plugins.contracts import (
     Sampler,
     Task,
     Tracker,
+    Transform,
     Verifier,
 )
 
@@ -55,8 +56,10 @@ ENGINE = Family[GenerationEngine]("engine", GenerationEngine, "grpo_run_register
 TASK = Family[Task]("task", Task, "grpo_run_register_tasks", "task")
 MODEL = Family[ModelSource]("model", ModelSource, "grpo_run_register_models", None)
 TRACKER = Family[Tracker]("tracker", Tracker, "grpo_run_register_trackers", "trackers", many=True)
+TRANSFORM = Family[Transform]("transform", Transform, "grpo_run_register_transforms", None)
+"""Row transforms are chosen per data source (``[[data.train]] transform = ...``), not by a slot."""
 
-FAMILIES: tuple[Family, ...] = (VERIFIER, LOSS, KL, SAMPLER, ENGINE, TASK, MODEL, TRACKER)
+FAMILIES: tuple[Family, ...] = (VERIFIER, LOSS, KL, SAMPLER, ENGINE, TASK, MODEL, TRACKER, TRANSFORM)
 """Every family the engine knows, in the order ``grpo-run plugins`` lists them."""
 
 _BY_KEY = {family.key: family for family in FAMILIES}

@@ -110,6 +110,17 @@ def grpo_run_register_trackers(register: Registrar) -> None:
     """
 
 
+@hookspec
+def grpo_run_register_transforms(register: Registrar) -> None:
+    """Register row transforms (contract: :class:`grpo_run.Transform`).
+
+    :param register: call ``register(cls)`` for each transform class; its ``name`` becomes a value
+        accepted by a data source's ``transform``.
+
+    Called once, when the plugin manager is built, before any config is read.
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Lifecycle: observers of a training run. Exceptions raised here are logged and counted;
 # they never stop the run. Return values: ignored.

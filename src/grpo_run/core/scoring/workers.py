@@ -32,6 +32,7 @@ import attrs
 from grpo_run.core.plugins.types import VerifierResult
 from grpo_run.core.errors import RunError
 from grpo_run.core.scoring.policy import VerifierPolicy, verifier_policy
+from grpo_run.core.scoring.spawn_main import main_without_missing_file
 
 VerifierSpecs = Mapping[str, tuple[type, Any]]
 """Enabled verifiers: name -> (component class, its config instance)."""
@@ -213,7 +214,8 @@ class WorkerProcess:
         self._process = self._ctx.Process(
             target=worker_main, args=(child_conn, self._specs, self._progress), name="grpo-run-scoring", daemon=True
         )
-        self._process.start()
+        with main_without_missing_file():  # `python -`: no main file for the child to re-run
+            self._process.start()
         child_conn.close()
         self._conn = parent_conn
         self._ready = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import zlib
 from collections.abc import Mapping, Sequence
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from grpo_run import ConfigIssue, RunConfig
 from grpo_run.plugins.samplers.common import ShuffledEpochs
 
 
@@ -22,6 +24,11 @@ def _check_weights(_inst: Any, _attr: attrs.Attribute, weights: Mapping[str, flo
         raise ValueError(f"'weights' must be positive finite numbers; got {', '.join(bad)}")
 
 
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 @attrs.frozen
 class MixtureSamplerConfig:
     """Options of the ``mixture`` sampler."""
@@ -33,6 +40,25 @@ class MixtureSamplerConfig:
     """Row key naming a row's data source (the data loader sets it to the file stem or task name)."""
     shuffle: bool = True
     """Reshuffle each source's rows at the start of each of its epochs."""
+
+    def check_run(self, run: RunConfig) -> list[ConfigIssue]:
+        """With ``data.train`` sources the source names are known before any row is read: every
+        weighted name must be one and every source must have a weight."""
+        if run.task is not None or not run.data.train or self.source_key != "dataset":
+            return []
+        labels = sorted({source.label for source in run.data.train})
+        unknown = sorted(set(self.weights) - set(labels))
+        unweighted = sorted(set(labels) - set(self.weights))
+        issues = [
+            ConfigIssue(f"sampler.weights.{name}", f"no data.train source is named {name!r}"
+                        f"{_did_you_mean(name, labels)}; sources: {', '.join(labels)} (a source's name is its "
+                        "'name', else its file stem or hub id)")
+            for name in unknown
+        ]
+        if unweighted:
+            issues.append(ConfigIssue("sampler.weights", f"gives no weight to data.train sources "
+                                      f"{', '.join(unweighted)}; give each a weight"))
+        return issues
 
 
 class MixtureSampler:

@@ -1,15 +1,18 @@
 """Built-in tasks plugin (registered through the grpo_run entry point 'tasks').
 
-Procedural prompt sources; ``arithmetic`` is the task of the embedded default.
+Procedural prompt sources; ``arithmetic`` is the task of the embedded default, ``reasoning_gym``
+mixes the reasoning-gym package's generators (the ``reasoning-gym`` extra).
 """
 
 from __future__ import annotations
 
 from grpo_run import Registrar, hookimpl
 from grpo_run.plugins.tasks.arithmetic import ArithmeticTask
+from grpo_run.plugins.tasks.reasoning_gym import ReasoningGymTask
 
 
 @hookimpl
 def grpo_run_register_tasks(register: Registrar) -> None:
-    """Register ``arithmetic``."""
+    """Register ``arithmetic`` and ``reasoning_gym``."""
     register(ArithmeticTask)
+    register(ReasoningGymTask)

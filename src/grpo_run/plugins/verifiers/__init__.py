@@ -10,6 +10,7 @@ from grpo_run.plugins.verifiers.judge import JudgeVerifier
 from grpo_run.plugins.verifiers.length import LengthVerifier
 from grpo_run.plugins.verifiers.math import MathVerifier
 from grpo_run.plugins.verifiers.non_stop_penalty import NonStopPenaltyVerifier
+from grpo_run.plugins.verifiers.reasoning_gym import ReasoningGymVerifier
 
 
 @hookimpl
@@ -22,3 +23,4 @@ def grpo_run_register_verifiers(register: Registrar) -> None:
     register(NonStopPenaltyVerifier)
     register(JudgeVerifier)
     register(IFEvalVerifier)
+    register(ReasoningGymVerifier)
