@@ -18,6 +18,7 @@ from grpo_run.testing import (
     check_model_source,
     check_sampler,
     check_task,
+    check_transform,
     check_verifier,
     sample_rows,
 )
@@ -75,21 +76,35 @@ def _verifier_kwargs(name: str, request: pytest.FixtureRequest) -> dict[str, Any
         row = {"prompt": "What is 6 x 7?"}
         return {"config": config, "cases": [("<<score=10>>", "42", row), ("<<score=5>>", "42", row)],
                 "expected": [1.0, 0.5], "timeout_s": 5.0}
+    if name == "reasoning_gym":
+        import reasoning_gym
+
+        entry = reasoning_gym.create_dataset("chain_sum", size=1, seed=1)[0]  # "4 - 1 - 7 =" -> "-4"
+        gold = {"task": "chain_sum", "entry": entry}
+        return {"cases": [("<answer>-4</answer>", gold, {}), ("<answer>4</answer>", gold, {})],
+                "expected": [1.0, 0.0], "timeout_s": 2.0}
     if name == "exact-match":  # tests/plugin_dist, installed by the conftest
         return {"cases": [("42", "42", {}), (" 41 ", "42", {})], "expected": [1.0, 0.0], "timeout_s": 1.0}
     raise KeyError(name)
 
 
-VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math", "non_stop_penalty")
+VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math", "non_stop_penalty", "reasoning_gym")
 LOSSES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "reinforce-baseline")
 KL_ESTIMATORS = ("k1", "k2", "k3", "low_var")
 SAMPLERS = ("active", "mixture", "uniform")
 ENGINES = ("hf",)
-TASKS = ("arithmetic",)
+TASKS = ("arithmetic", "reasoning_gym")
 MODELS = ("tiny-arithmetic", "tiny-random")
 TRACKERS: tuple[str, ...] = ()  # none registered: the always-on metrics.jsonl is not a plugin
+TRANSFORMS = ("boxed", "gsm8k")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
-           "task": TASKS, "model": MODELS, "tracker": TRACKERS}
+           "task": TASKS, "model": MODELS, "tracker": TRACKERS, "transform": TRANSFORMS}
+TRANSFORM_CASES = {
+    "gsm8k": [({"prompt": "q", "ground_truth": "2 + 2 = 4.\n#### 1,204", "verifier": "math"},
+               {"ground_truth": "1204", "solution": "2 + 2 = 4.\n#### 1,204"})],
+    "boxed": [({"prompt": "q", "ground_truth": "so \\boxed{\\frac{1}{2}} and \\boxed{3}", "verifier": "math"},
+               {"ground_truth": "3"})],
+}
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +148,16 @@ def test_engine_contract(grpo_run_registry, grpo_run_engine_context) -> None:
     check_engine(cls, cls.Config(max_batch_size=2), grpo_run_engine_context)  # streams 3 prompts in 3 calls
 
 
+@pytest.mark.parametrize("name", TRANSFORMS)
+def test_transform_contract(name: str, grpo_run_registry) -> None:
+    check_transform(grpo_run_registry.get("transform", name), cases=TRANSFORM_CASES[name])
+
+
 def test_task_contract(grpo_run_registry) -> None:
     check_task(grpo_run_registry.get("task", "arithmetic"), enabled_verifiers=grpo_run_registry.names("verifier"))
+    task_cls = grpo_run_registry.get("task", "reasoning_gym")
+    config = task_cls.Config(tasks={"chain_sum": 1.0, "basic_arithmetic": 1.0}, size=6, eval_size=2)
+    check_task(task_cls, config, enabled_verifiers=grpo_run_registry.names("verifier"))
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -16,6 +16,7 @@ from grpo_run.testing import (
     check_model_source,
     check_task,
     check_tracker,
+    check_transform,
 )
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -73,8 +74,8 @@ class SameIdTask(GoodTask):
 
 def test_tasks() -> None:
     check_task(GoodTask, enabled_verifiers=["math"])
-    with pytest.raises(AssertionError, match=r"^task 'no-gold': rows: train row 0 .*: train row 0: missing "
-                                             r"'ground_truth'$"):
+    with pytest.raises(AssertionError, match=r"^task 'no-gold': rows: train row 0 .*: train row 0: no "
+                                             r"'ground_truth' \(set the source's ground_truth_key"):
         check_task(NoGoldTask)
     with pytest.raises(AssertionError, match=r"^task 'good-task': rows: train row 0 .*: row asks for verifier 'math', "
                                              r"which is not enabled"):
@@ -166,3 +167,50 @@ def test_trackers(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"^tracker 'failing-close': close: close\(\) raised ConnectionError: "
                                              r"dashboard unreachable$"):
         check_tracker(FailingCloseTracker, run_dir=tmp_path)
+
+
+class GoodTransform:
+    name = "upper"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig) -> None:
+        self.config = config
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        if row["ground_truth"] == "skip":
+            return None
+        row["ground_truth"] = str(row["ground_truth"]).upper()
+        return row
+
+
+class CountingTransform(GoodTransform):
+    calls = 0
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        CountingTransform.calls += 1
+        row["ground_truth"] = f"{row['ground_truth']}-{CountingTransform.calls}"
+        return row
+
+
+class PromptDroppingTransform(GoodTransform):
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        return {"ground_truth": row["ground_truth"], "verifier": row["verifier"]}
+
+
+ROW = {"prompt": "q", "ground_truth": "a", "verifier": "math"}
+
+
+def test_transforms() -> None:
+    check_transform(GoodTransform, cases=[(ROW, {"ground_truth": "A"}), ({**ROW, "ground_truth": "skip"}, None)])
+    with pytest.raises(AssertionError, match=r"^transform 'upper': expected: case 0: got \{'ground_truth': 'A'\}, "
+                                             r"expected \{'ground_truth': 'B'\}$"):
+        check_transform(GoodTransform, cases=[(ROW, {"ground_truth": "B"})])
+    with pytest.raises(AssertionError, match=r"^transform 'upper': expected: case 0: expected the row to be dropped"):
+        check_transform(GoodTransform, cases=[(ROW, None)])
+    with pytest.raises(AssertionError, match=r"^transform 'upper': deterministic: case 0: "):
+        check_transform(CountingTransform, cases=[(ROW, None)])
+    with pytest.raises(AssertionError, match=r"^transform 'upper': rows: case 0: the transformed row is invalid: "
+                                             r"train row 0: a row needs 'messages' or 'prompt'$"):
+        check_transform(PromptDroppingTransform, cases=[(ROW, {"ground_truth": "a"})])
+    with pytest.raises(AssertionError, match=r"^transform 'upper': cases: give at least one"):
+        check_transform(GoodTransform)

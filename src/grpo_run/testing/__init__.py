@@ -15,7 +15,7 @@ from grpo_run.testing.dispatch import check_component
 from grpo_run.testing.engines import check_engine
 from grpo_run.testing.learner_parts import check_kl_estimator, check_loss, random_loss_inputs
 from grpo_run.testing.samplers import check_sampler, sample_rows
-from grpo_run.testing.sources import check_model_source, check_task, check_tracker
+from grpo_run.testing.sources import check_model_source, check_task, check_tracker, check_transform
 from grpo_run.testing.verifiers import Case, check_verifier
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "check_sampler",
     "check_task",
     "check_tracker",
+    "check_transform",
     "check_verifier",
     "random_loss_inputs",
     "sample_rows",

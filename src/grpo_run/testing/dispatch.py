@@ -9,7 +9,7 @@ from grpo_run.testing._common import component_name
 from grpo_run.testing.engines import check_engine
 from grpo_run.testing.learner_parts import check_kl_estimator, check_loss
 from grpo_run.testing.samplers import check_sampler
-from grpo_run.testing.sources import check_model_source, check_task, check_tracker
+from grpo_run.testing.sources import check_model_source, check_task, check_tracker, check_transform
 from grpo_run.testing.verifiers import check_verifier
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "task": check_task,
     "model": check_model_source,
     "tracker": check_tracker,
+    "transform": check_transform,
 }
 """The check of each component family (keys of :data:`grpo_run.core.plugins.families.FAMILIES`)."""
 

@@ -1,11 +1,13 @@
-"""``check_task``, ``check_model_source`` and ``check_tracker``: what feeds a run and what it reports to."""
+"""``check_task``, ``check_transform``, ``check_model_source`` and ``check_tracker``: what feeds a run
+and what it reports to."""
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,7 @@ def check_task(cls: type, config: Any = None, *, enabled_verifiers: Collection[s
         ids: set[str] = set()
         for i, row in enumerate(rows):
             try:
-                checked = normalise_row(row, i, split, None, enabled_verifiers)
+                checked = normalise_row({"id": f"{split}-{i}", **row}, f"{split} row {i}", enabled_verifiers)
             except DataError as exc:
                 raise report.fail("rows", f"{split} row {i} {short(row, 120)}: {exc}") from None
             if str(checked["id"]) in ids:
@@ -53,6 +55,63 @@ def check_task(cls: type, config: Any = None, *, enabled_verifiers: Collection[s
             ids.add(str(checked["id"]))
         if list(_rows(second, split, report)) != list(rows):
             raise report.fail("reproducible", f"a second instance with the same config returned different {split} rows")
+
+
+def check_transform(
+    cls: type,
+    config: Any = None,
+    cases: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = (),
+    *,
+    enabled_verifiers: Collection[str] | None = None,
+) -> None:
+    """Check a row transform; :class:`AssertionError` naming the case and the problem.
+
+    :param cases: ``(row, expected)`` pairs: ``row`` as the loader hands it over (standard keys
+        after column mapping); ``expected`` the fields the result must have (other fields are not
+        compared), or ``None`` when the transform must drop the row. At least one case.
+
+    * **result**: a mapping or ``None`` for every case, never an exception other than the
+      ``ValueError`` by which a transform rejects a row;
+    * **expected**: each expected field equals the result's;
+    * **rows**: a kept row passes the loader's row validation (as :func:`check_task` does);
+    * **deterministic**: a second instance on a fresh copy of the row returns an equal result
+      (a resumed run must see the same data).
+    """
+    from grpo_run.core.data.rows import DataError, normalise_row
+
+    report = Reporter("transform", cls)
+    check_class(cls, "transform", report)
+    if not cases:
+        raise report.fail("cases", "give at least one (row, expected) case")
+    config = default_config(cls, config, report)
+    first, second = _build(cls, (config,), report), _build(cls, (config,), report)
+    for i, (row, expected) in enumerate(cases):
+        results = []
+        for transform in (first, second):
+            try:
+                results.append(transform(copy.deepcopy(dict(row))))
+            except ValueError:
+                raise  # the documented way to reject a row: the caller's case decides
+            except Exception as exc:
+                raise report.fail("result", f"case {i}: raised {type(exc).__name__}: {exc}") from exc
+        result = results[0]
+        if result is not None and not isinstance(result, Mapping):
+            raise report.fail("result", f"case {i}: returned {short(result)}, expected a row mapping or None")
+        if results[1] != result:
+            raise report.fail("deterministic", f"case {i}: {short(result)} then {short(results[1])}")
+        if expected is None:
+            if result is not None:
+                raise report.fail("expected", f"case {i}: expected the row to be dropped, got {short(result, 120)}")
+            continue
+        if result is None:
+            raise report.fail("expected", f"case {i}: the row was dropped, expected {short(expected, 120)}")
+        wrong = {k: result.get(k) for k, v in expected.items() if result.get(k) != v}
+        if wrong:
+            raise report.fail("expected", f"case {i}: got {short(wrong, 120)}, expected {short({k: expected[k] for k in wrong}, 120)}")
+        try:
+            normalise_row(result, "train row 0", enabled_verifiers)
+        except DataError as exc:
+            raise report.fail("rows", f"case {i}: the transformed row is invalid: {exc}") from None
 
 
 def check_model_source(cls: type, config: Any = None) -> None:

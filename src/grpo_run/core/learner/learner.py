@@ -20,6 +20,7 @@ One learner step on a rollout batch:
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -127,7 +128,9 @@ class Learner:
     def skip_step(self) -> None:
         """A step with nothing to learn from (every group filtered): the schedule and step count
         still advance, so the LR, the Polyak cadence and checkpoints stay aligned with the loop."""
-        self.scheduler.step()
+        with warnings.catch_warnings():  # stepping the schedule without an update is intended here
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+            self.scheduler.step()
         self._finish_step()
 
     def _finish_step(self) -> None:

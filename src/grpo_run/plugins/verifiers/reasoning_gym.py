@@ -34,6 +34,9 @@ class ReasoningGymVerifier:
     def __init__(self, config: ReasoningGymVerifierConfig | None = None) -> None:
         self.config = config or ReasoningGymVerifierConfig()
         self._scorers: dict[str, Callable[..., float]] = {}
+        # Import now, while the worker starts (it has minutes for that), not in the first call,
+        # which has only the per-call time limit: reasoning_gym takes seconds to import.
+        import reasoning_gym.utils  # noqa: F401
 
     def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> VerifierResult:
         if not (isinstance(ground_truth, Mapping) and "task" in ground_truth and "entry" in ground_truth):
