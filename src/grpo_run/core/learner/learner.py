@@ -20,6 +20,7 @@ One learner step on a rollout batch:
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -77,7 +78,14 @@ class Learner:
         self.steps = 0
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
-        """A detached copy of the policy weights, safe to hand to a generator while training goes on."""
+        """A detached copy of the policy weights, safe to hand to a generator while training goes on.
+
+        With LoRA: the merged weights under the base model's names (what an engine that loaded
+        the base model expects)."""
+        if self.spec.model.lora is not None:
+            from grpo_run.core.learner.lora import merged_state_dict
+
+            return merged_state_dict(self.policy)
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
     # -- one step --------------------------------------------------------------------------
@@ -146,7 +154,10 @@ class Learner:
             return self._policy_logprobs(model, batch, mask)
 
     def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: torch.Tensor) -> torch.Tensor:
-        return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
+        low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
+        region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
+        with region:
+            return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
 
     def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""

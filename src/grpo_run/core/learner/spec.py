@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
+from grpo_run.core.config.schema import AlgorithmSection, KLSlot, LoraSection, OptimSection
 from grpo_run.core.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -44,11 +44,21 @@ class ModelSpec:
     gradient_checkpointing: bool = False
     policy_from: str | None = None
     """A checkpoint whose weights the policy starts from instead of ``path`` (resuming); the
-    reference policy still starts from ``path``."""
+    reference policy still starts from ``path``. With LoRA, the checkpoint's adapter is loaded
+    onto the base model at ``path``."""
+    autocast: str = "none"
+    """``"bfloat16"``: learner forwards run under ``torch.autocast`` (weights stay in ``dtype``)."""
+    lora: LoraSection | None = None
+    """LoRA adapters instead of full fine-tuning (see :mod:`grpo_run.core.learner.lora`)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype of autocast regions, ``None`` when forwards run in the weights' dtype."""
+        return None if self.autocast == "none" else DTYPES[self.autocast]
 
     def load(self, source: str | None = None) -> torch.nn.Module:
         """The causal LM at ``source`` (default ``path``) on ``device``, in ``dtype``."""
@@ -91,18 +101,63 @@ class LearnerSpec:
         return self.kl.beta > 0 and self.kl.reference != "none"
 
 
+def resolve_device(name: str) -> str:
+    """``"auto"``: ``"cuda"`` when a CUDA device is visible, else ``"cpu"``; a CUDA device asked
+    for where there is none is a :class:`UserError` (not a silent fall-back to the CPU)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"model.device = {name!r}: no CUDA device is available (torch {torch.__version__})")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"model.device = {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return name
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Activation (gradient) checkpointing with the non-reentrant torch implementation.
+
+    transformers 5.x renamed ``gradient_checkpointing_enable`` (now a deprecated alias that warns)
+    to ``activation_checkpointing_enable``; older 5.x releases only have the former.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def build_learner(spec: LearnerSpec, **kwargs: Any) -> Any:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
     (``world_size``, ``reduce_sum`` for data-parallel learners)."""
     from grpo_run.core.learner.learner import Learner
 
     model = spec.model
-    policy = model.load(model.policy_from)
-    if model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    reference = None
-    if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
-        reference = model.load()
-        reference.eval().requires_grad_(False)
+    if model.lora is not None:
+        policy, reference = _lora_policy(spec)
+    else:
+        policy = model.load(model.policy_from)
+        if model.gradient_checkpointing:
+            enable_activation_checkpointing(policy)
+        reference = None
+        if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
+            reference = model.load()
+            reference.eval().requires_grad_(False)
     kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
     return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)
+
+
+def _lora_policy(spec: LearnerSpec) -> tuple[Any, Any]:
+    """The base model at ``path`` with adapters (new, or the checkpoint's when resuming); the
+    reference is the same model with the adapters disabled."""
+    from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
+
+    model = spec.model
+    assert model.lora is not None
+    base = model.load()
+    if model.gradient_checkpointing:
+        enable_activation_checkpointing(base)
+    policy = wrap_policy(base, model.lora, adapter_from=model.policy_from)
+    reference = AdapterDisabledView(policy) if spec.uses_reference else None
+    return policy, reference
