@@ -3,6 +3,7 @@
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
+    grpo-run docs config [--output FILE] [--check [FILE]]           the config reference page
 
 User mistakes print a clear message and exit 2, never a traceback.
 """
@@ -20,9 +21,10 @@ from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
+from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 
-COMMANDS = ("train", "check", "plugins", "score")
+COMMANDS = ("train", "check", "plugins", "score", "docs")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "directory (the run directory defaults to the one it belongs to)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
+    add_docs_parser(sub)
     return parser
 
 
@@ -73,6 +76,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "plugins":  # list what loads, and what does not, instead of stopping
         return _print_plugins(build_plugin_host(tolerate_broken=True))
+    if args.command == "docs":
+        return run_docs_command(args)
     host = build_plugin_host()
     if args.command == "score":
         return run_score_command(args, host)

@@ -40,6 +40,7 @@ class KLSlot:
     """
 
     name: str = "k3"
+    """The KL estimator (a registered ``kl`` component)."""
     beta: float = attrs.field(default=0.0, validator=non_negative)
     """Weight of the KL term; 0 disables it and no reference model is loaded."""
     placement: Literal["loss", "reward"] = attrs.field(default="loss", kw_only=True)
@@ -62,7 +63,9 @@ class RunSection:
     name: str = "grpo"
     """Run name: the run directory is ``<output_dir>/<name>`` unless ``--output-dir`` is given."""
     output_dir: str = "runs"
+    """Parent directory of run directories."""
     seed: int = 1
+    """Seeds Python's and torch's generators, the sampler and the engine's sampling."""
 
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -115,10 +118,13 @@ class ModelSection:
     ``autocast = "none"`` is pure bf16 training; for bf16 compute with fp32 master weights keep
     ``"float32"`` and set ``autocast = "bfloat16"``."""
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """transformers' attention kernel for the learner and the ``hf`` engine."""
     device: str = attrs.field(default="auto", validator=_device_name)
     """``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:<i>"``."""
     revision: str | None = None
+    """A branch, tag or commit of a Hugging Face model id (unset: the default branch)."""
     trust_remote_code: bool = False
+    """Allow a hub model's own Python code to run (transformers' ``trust_remote_code``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass instead of storing them (less memory, ~30% more compute)."""
     autocast: Literal["none", "bfloat16"] = attrs.field(default="none")
@@ -141,10 +147,13 @@ class DataSection:
     train_files: tuple[str, ...] = ()
     """Local JSONL or parquet files with ``messages``/``prompt``, ``ground_truth``, ``verifier``."""
     eval_files: tuple[str, ...] = ()
+    """Local files of eval rows, same format as ``train_files`` (needs ``train_files``)."""
     hf_dataset: str | None = None
     """A Hugging Face dataset id (needs the ``data`` extra)."""
     hf_train_split: str = "train"
+    """Split of ``hf_dataset`` to train on."""
     hf_eval_split: str | None = None
+    """Split of ``hf_dataset`` to evaluate on (unset: no eval rows)."""
     max_prompt_token_length: int = attrs.field(default=256, validator=positive)
     """Prompts longer than this (in tokens, after the chat template) are dropped with a warning."""
     num_eval_prompts: int = attrs.field(default=0, validator=non_negative)
@@ -156,13 +165,17 @@ class DataSection:
 @attrs.frozen
 class RolloutSection:
     num_unique_prompts_rollout: int = attrs.field(default=16, validator=positive)
+    """Prompts per rollout batch (one learner step); the batch holds this x ``num_samples_per_prompt_rollout`` completions."""
     num_samples_per_prompt_rollout: int = attrs.field(default=8, validator=positive)
     """G: completions sampled per prompt."""
     response_length: int = attrs.field(default=32, validator=positive)
     """Maximum new tokens per completion."""
     temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Sampling temperature; the learner computes log-probs under the same temperature."""
     top_p: float = attrs.field(default=1.0, validator=_unit_interval)
+    """Nucleus sampling: sample from the smallest token set whose probability reaches this (1 = off)."""
     stop_strings: tuple[str, ...] = ()
+    """Generation of a completion stops after any of these strings (besides the EOS token)."""
     async_steps: int = attrs.field(default=1, validator=positive)
     """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
 
@@ -191,11 +204,13 @@ class AlgorithmSection:
     divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
     each sequence's sum / C, mean over sequences). Not with ``seq-mean-token-sum``."""
     mask_truncated_completions: bool = False
+    """Completions cut at ``response_length`` (finish reason ``length``) get no loss."""
     num_mini_batches: int = attrs.field(default=1, validator=positive)
     """Optimizer steps per epoch over the rollout batch (PPO mini-batches)."""
     num_epochs: int = attrs.field(default=1, validator=positive)
     """Passes over the rollout batch; pi_old stays the policy that started the step."""
     advantage_eps: float = attrs.field(default=1e-6, validator=v.gt(0.0))
+    """Added to the group's standard deviation before dividing (``"standard"`` normalisation)."""
     use_engine_logprobs_as_old: bool = False
     """Take pi_old from the generation engine's log-probs instead of recomputing it with the
     learner (saves a forward; excludes ``mismatch_correction``)."""
@@ -220,18 +235,25 @@ class AlgorithmSection:
 @attrs.frozen
 class OptimSection:
     lr: float = attrs.field(default=1e-4, validator=v.gt(0.0))
+    """Peak learning rate of AdamW."""
     weight_decay: float = attrs.field(default=0.0, validator=non_negative)
+    """AdamW's decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's moment decay rates."""
     eps: float = attrs.field(default=1e-8, validator=v.gt(0.0))
+    """AdamW's denominator epsilon."""
     warmup_steps: int = attrs.field(default=0, validator=non_negative)
+    """Learner steps of linear warm-up from 0 to ``lr``."""
     lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
     """Schedule after warm-up; ``linear``/``cosine`` decay to zero at ``train.total_steps``."""
     max_grad_norm: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Gradients are clipped to this global L2 norm before every optimizer step."""
 
 
 @attrs.frozen
 class TrainSection:
     total_steps: int = attrs.field(default=100, validator=positive)
+    """Learner steps (rollout batches) to train for."""
     local_eval_every: int = attrs.field(default=10, validator=non_negative)
     """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
     max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
@@ -281,6 +303,7 @@ class CheckpointSection:
     save_freq: int = attrs.field(default=0, validator=non_negative)
     """Save a checkpoint every this many steps (0 = only at the end)."""
     save_final: bool = True
+    """Save a checkpoint when the run completes (or stops early); an interrupted run always saves."""
     dir: str | None = None
     """Where checkpoints go (``step_<n>/`` and ``latest``); default ``<run_dir>/checkpoints``."""
     push_to_hub: HubPushSection | None = None
@@ -321,6 +344,7 @@ class ScoringSection:
 @attrs.frozen
 class LoggingSection:
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written to ``log.jsonl``."""
     progress: bool = True
     """Show the rich progress display (turned off automatically when stdout is not a terminal)."""
 
