@@ -51,10 +51,11 @@ def render_config_reference(registry: ComponentRegistry, distribution: str = "gr
     """The whole page: the fixed sections, then the options of ``distribution``'s components."""
     parts = [HEADER, "## Sections\n"]
     hints = typing.get_type_hints(RunConfig)
+    shipped = {e.family.key for e in registry if e.distribution == distribution}
     for f in attrs.fields(RunConfig):
         fam = next((fam for fam in FAMILIES if fam.slot == f.name), None)
         if fam is not None:
-            parts.append(_slot_section(f, fam))
+            parts.append(_slot_section(f, fam, fam.key in shipped, distribution))
         else:
             parts.extend(_section(f"[{f.name}]", _attrs_class(hints[f.name])))
     parts.append(_components(registry, distribution))
@@ -78,17 +79,18 @@ def _section(title: str, cls: type) -> Iterator[str]:
             yield from _section(f"{title[:-1]}.{f.name}]", nested)
 
 
-def _slot_section(f: attrs.Attribute, fam: Family) -> str:
-    slot_doc = _field_docs(RunConfig).get(f.name, "")
+def _slot_section(f: attrs.Attribute, fam: Family, shipped: bool, distribution: str) -> str:
+    slot_doc = _cell(_field_docs(RunConfig).get(f.name, ""))
+    see = (f"see [{fam.key} components](#{_anchor(fam)})" if shipped
+           else f"`{distribution}` ships none; `grpo-run plugins` lists installed ones")
     if fam.many:
-        text = (f"### `[{f.name}.<name>]`\n\nOne table per enabled {fam.key}, holding that {fam.key}'s options "
-                f"(see [{fam.key} components](#{_anchor(fam)})). {slot_doc}\n")
-        return text
+        return (f"### `[{f.name}.<name>]`\n\nOne table per enabled {fam.key}, holding that {fam.key}'s options "
+                f"({see}). {slot_doc}\n")
     default = _slot_default(f)
     lines = [f"### `[{f.name}]`\n",
              f"The {fam.key} component: `name` chooses it"
              + (f" (default `{toml_value(default)}`)" if default else " (no default: the table is optional)")
-             + f"; every other key is an option of that component (see [{fam.key} components](#{_anchor(fam)})).\n"]
+             + f"; every other key is an option of that component ({see}).\n"]
     if f.name == "kl":
         lines.append("Besides `name`, these keys of `[kl]` belong to the core:\n")
         lines.append(_table(KLSlot, skip=("name", "config")))
