@@ -4,6 +4,7 @@ peft (and matches the merged model saved next to it), and a resumed LoRA run is 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,9 @@ def test_lora_run_on_the_embedded_task_learns_and_its_adapter_loads(tmp_path: Pa
     from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
 
     base = AutoModelForCausalLM.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic")
-    loaded = peft.PeftModel.from_pretrained(base, checkpoint)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        loaded = peft.PeftModel.from_pretrained(base, checkpoint)
     assert loaded.peft_config["default"].r == 16
     merged_by_peft = loaded.merge_and_unload().state_dict()
     merged_by_us = load_file(checkpoint / "merged" / "model.safetensors")
