@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN_DIR ?= runs/arithmetic
 
-.PHONY: setup setup-heavy sandbox-tools demo test test-heavy test-fast bench clean
+.PHONY: setup setup-heavy sandbox-tools demo test test-heavy test-fast bench clean docs
 
 setup: $(VENV)/.installed sandbox-tools
 
@@ -38,6 +38,10 @@ test-heavy: setup-heavy
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow and not heavy"
+
+# The documentation site (mkdocs-material, in the dev extra), warnings as errors; output in build/site.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: setup
 	$(PY) bench/bench_step.py

@@ -1,6 +1,7 @@
 """Speed of one training step on the embedded task; prints figures, asserts nothing.
 
     python bench/bench_step.py [--preset embedded|bench-small] [--steps N] [--async-steps K]
+                               [--autocast bfloat16] [--lora-rank R]
 
 ``embedded``   : the shipped tiny-arithmetic model and examples/arithmetic.toml settings.
 ``bench-small``: DESIGN.md's reference point -- Llama-style h256, 4 layers, 4 heads, char vocab,
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _config(preset: str, steps: int, async_steps: int) -> dict:
+def _config(preset: str, steps: int, async_steps: int, autocast: str = "none", lora_rank: int = 0) -> dict:
     data = tomllib.loads((ROOT / "examples" / "arithmetic.toml").read_text())
     data["train"] = {"total_steps": steps, "local_eval_every": 0}
     data["optim"]["warmup_steps"] = 0
@@ -31,6 +32,9 @@ def _config(preset: str, steps: int, async_steps: int) -> dict:
     data["logging"] = {"progress": False}
     data["rollout"]["async_steps"] = async_steps
     data["algorithm"]["filter_zero_std_samples"] = False  # time every sequence, signal or not
+    data["model"]["autocast"] = autocast  # bf16 matmuls over fp32 master weights
+    if lora_rank:
+        data["model"]["lora"] = {"r": lora_rank, "alpha": 2.0 * lora_rank}
     if preset == "bench-small":
         data["model"]["name_or_path"] = "tiny-random-bench"
         data["rollout"]["response_length"] = 32
@@ -55,6 +59,8 @@ def main() -> int:
     parser.add_argument("--preset", choices=["embedded", "bench-small"], default="embedded")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--async-steps", type=int, default=1)
+    parser.add_argument("--autocast", choices=["none", "bfloat16"], default="none")
+    parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: full)")
     args = parser.parse_args()
 
     from grpo_run.core.config import parse_config
@@ -64,13 +70,15 @@ def main() -> int:
     host = build_plugin_host()
     if args.preset == "bench-small":
         _register_bench_model(host)
-    cfg = parse_config(_config(args.preset, args.steps, args.async_steps), host.registry, source="bench")
+    cfg = parse_config(_config(args.preset, args.steps, args.async_steps, args.autocast, args.lora_rank),
+                       host.registry, source="bench")
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["step"] >= 2]  # step 1 pays one-off costs
     med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)  # noqa: E731
-    print(f"preset {args.preset}, async_steps {args.async_steps}, {len(rows)} timed steps")
+    print(f"preset {args.preset}, async_steps {args.async_steps}, autocast {args.autocast}, "
+          f"lora rank {args.lora_rank or '-'}, {len(rows)} timed steps")
     print(f"seconds per step          {med('perf/step_s'):8.3f}")
     print(f"generation seconds/step   {med('perf/generation_s'):8.3f}")
     print(f"learner seconds/step      {med('perf/learner_s'):8.3f}")

@@ -4,6 +4,8 @@
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
+    grpo-run docs config [--output FILE] [--check [FILE]]           the config reference page
+    grpo-run new-plugin KIND NAME [DIR]                             write a plugin package
     grpo-run --version
 
 Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
@@ -25,9 +27,11 @@ from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
+from grpo_run.cli.docs import add_docs_parser, run_docs_command
+from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 
-COMMANDS = ("train", "check", "plugins", "score")
+COMMANDS = ("train", "check", "plugins", "score", "docs", "new-plugin")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "directory (the run directory defaults to the one it belongs to)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
+    add_docs_parser(sub)
+    add_new_plugin_parser(sub)
     return parser
 
 
@@ -90,6 +96,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "plugins":  # list what loads, and what does not, instead of stopping
         return _print_plugins(build_plugin_host(tolerate_broken=True))
+    if args.command == "docs":
+        return run_docs_command(args)
+    if args.command == "new-plugin":
+        return run_new_plugin_command(args)
     host = build_plugin_host()
     if args.command == "score":
         return run_score_command(args, host)

@@ -77,6 +77,11 @@ def toml_key(key: str) -> str:
     return key if _BARE_KEY.match(key) else _string(key)
 
 
+def toml_value(value: Any) -> str:
+    """``value`` written as a TOML value (``"text"``, ``3``, ``true``, ``[1, 2]``)."""
+    return _value(value)
+
+
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -95,8 +95,11 @@ def with_key(exc: Exception, key: str | int) -> Exception:
 
 
 def unknown_key_error(key: str, allowed: Collection[str]) -> UnknownKeyError:
-    """``unknown key (did you mean 'temperature'?)``, placed under ``key``."""
-    exc = UnknownKeyError(f"unknown key{did_you_mean(key, sorted(allowed))}")
+    """``unknown key (did you mean 'temperature'?)``, placed under ``key``; without a close
+    spelling, where a peer framework's key or a key of another table lives in grpo-run."""
+    from grpo_run.core.config.peer_names import unknown_key_hint
+
+    exc = UnknownKeyError(f"unknown key{did_you_mean(key, sorted(allowed)) or unknown_key_hint(key)}")
     with_key(exc, key)
     return exc
 

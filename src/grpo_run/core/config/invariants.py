@@ -151,6 +151,19 @@ def checkpoint_dir_needs_saving(cfg: RunConfig) -> list[ConfigIssue]:
     ]
 
 
+def lora_reference_is_the_base_model(cfg: RunConfig) -> list[ConfigIssue]:
+    """With LoRA the reference is the base model with the adapters off: it cannot move."""
+    if cfg.model.lora is None or cfg.kl.reference != "polyak":
+        return []
+    return [
+        ConfigIssue(
+            "kl.reference",
+            'is "polyak", but with [model.lora] the reference policy is the base model with the adapters '
+            'disabled and cannot be moved towards the policy: use "frozen" (or drop [model.lora])',
+        )
+    ]
+
+
 def component_rules(cfg: RunConfig) -> list[ConfigIssue]:
     """Rules a component contributes through its ``Config`` (:class:`~grpo_run.ChecksRunConfig`):
     the chosen loss, KL estimator, sampler, engine and task, and every enabled verifier and
@@ -194,6 +207,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     kl_penalty_needs_reference,
     engine_logprobs_exclude_mismatch_correction,
     checkpoint_dir_needs_saving,
+    lora_reference_is_the_base_model,
     component_rules,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL

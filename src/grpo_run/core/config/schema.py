@@ -8,6 +8,7 @@ name and an instance of that component's own ``Config`` class.
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ class KLSlot:
     """
 
     name: str = "k3"
+    """The KL estimator (a registered ``kl`` component)."""
     beta: float = attrs.field(default=0.0, validator=non_negative)
     """Weight of the KL term; 0 disables it and no reference model is loaded."""
     placement: Literal["loss", "reward"] = attrs.field(default="loss", kw_only=True)
@@ -62,7 +64,50 @@ class RunSection:
     name: str = "grpo"
     """Run name: the run directory is ``<output_dir>/<name>`` unless ``--output-dir`` is given."""
     output_dir: str = "runs"
+    """Parent directory of run directories."""
     seed: int = 1
+    """Seeds Python's and torch's generators, the sampler and the engine's sampling."""
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def _device_name(_inst: Any, _attribute: attrs.Attribute, value: str) -> None:
+    if not _DEVICE.match(value):
+        raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', got {value!r}")
+
+
+@attrs.frozen
+class LoraSection:
+    """LoRA adapters (through ``peft``, the ``grpo-run[peft]`` extra): only the adapters train.
+
+    The table ``[model.lora]`` turns LoRA on. The reference policy is the base model with the
+    adapters disabled (no second copy of the weights); engines receive the merged weights at every
+    sync; checkpoints hold the adapter (``adapter_config.json``, ``adapter_model.safetensors``,
+    loadable with ``peft.PeftModel.from_pretrained``) and, with ``save_merged``, the merged model.
+    """
+
+    r: int = attrs.field(default=16, validator=positive)
+    """Rank of the adapter matrices."""
+    alpha: float = attrs.field(default=32.0, validator=v.gt(0.0))
+    """Scale numerator: the update is ``(alpha / r) * B @ A`` (``alpha / sqrt(r)`` with ``use_rslora``)."""
+    dropout: float = attrs.field(default=0.0, validator=[non_negative, v.lt(1.0)])
+    """Dropout on the adapter's input."""
+    target_modules: Literal["all-linear"] | tuple[str, ...] = "all-linear"
+    """Module names (or name suffixes) that get adapters, e.g. ``["q_proj", "v_proj"]``;
+    ``"all-linear"``: every linear layer but the output head."""
+    modules_to_save: tuple[str, ...] = ()
+    """Modules trained in full next to the adapters (saved with them), e.g. ``["lm_head"]``."""
+    layers_to_transform: tuple[int, ...] = ()
+    """Only these layer indices get adapters (empty: all layers)."""
+    use_rslora: bool = False
+    """Rank-stabilised scaling ``alpha / sqrt(r)`` instead of ``alpha / r``."""
+    use_dora: bool = False
+    """Weight-decomposed LoRA (DoRA): a trained magnitude per output feature on top of the adapter."""
+    init: Literal["default", "gaussian"] = "default"
+    """Initialisation of ``A`` (``B`` starts at zero either way, so the first policy is the base model)."""
+    save_merged: bool = False
+    """Also write the merged model (Hugging Face format) to ``merged/`` in every checkpoint."""
 
 
 @attrs.frozen
@@ -70,12 +115,32 @@ class ModelSection:
     name_or_path: str = "tiny-arithmetic"
     """A registered model name (``grpo-run plugins``), a local directory or a Hugging Face id."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """The dtype the weights (and the optimizer's master copy) are stored in. ``"bfloat16"`` with
+    ``autocast = "none"`` is pure bf16 training; for bf16 compute with fp32 master weights keep
+    ``"float32"`` and set ``autocast = "bfloat16"``."""
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
-    device: str = "cpu"
-    """``cpu`` or ``cuda[:i]``."""
+    """transformers' attention kernel for the learner and the ``hf`` engine."""
+    device: str = attrs.field(default="auto", validator=_device_name)
+    """``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:<i>"``."""
     revision: str | None = None
+    """A branch, tag or commit of a Hugging Face model id (unset: the default branch)."""
     trust_remote_code: bool = False
+    """Allow a hub model's own Python code to run (transformers' ``trust_remote_code``)."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of storing them (less memory, ~30% more compute)."""
+    autocast: Literal["none", "bfloat16"] = attrs.field(default="none")
+    """Mixed precision: learner forwards run under ``torch.autocast`` in this dtype while the
+    weights, gradients and optimizer state stay in ``dtype`` (which must be ``"float32"``)."""
+    lora: LoraSection | None = None
+    """``[model.lora]``: train LoRA adapters instead of every weight (absent: full fine-tuning)."""
+
+    @autocast.validator
+    def _autocast_needs_fp32_weights(self, _attribute: attrs.Attribute, value: str) -> None:
+        if value != "none" and self.dtype != "float32":
+            raise ValueError(
+                f"autocast = {value!r} keeps fp32 master weights and needs dtype = 'float32', got "
+                f"dtype = {self.dtype!r} (for pure {self.dtype} training set autocast = 'none')"
+            )
 
 
 @attrs.frozen
@@ -175,13 +240,17 @@ class DataSection:
 @attrs.frozen
 class RolloutSection:
     num_unique_prompts_rollout: int = attrs.field(default=16, validator=positive)
+    """Prompts per rollout batch (one learner step); the batch holds this x ``num_samples_per_prompt_rollout`` completions."""
     num_samples_per_prompt_rollout: int = attrs.field(default=8, validator=positive)
     """G: completions sampled per prompt."""
     response_length: int = attrs.field(default=32, validator=positive)
     """Maximum new tokens per completion."""
     temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Sampling temperature; the learner computes log-probs under the same temperature."""
     top_p: float = attrs.field(default=1.0, validator=_unit_interval)
+    """Nucleus sampling: sample from the smallest token set whose probability reaches this (1 = off)."""
     stop_strings: tuple[str, ...] = ()
+    """Generation of a completion stops after any of these strings (besides the EOS token)."""
     async_steps: int = attrs.field(default=1, validator=positive)
     """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
 
@@ -210,11 +279,13 @@ class AlgorithmSection:
     divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
     each sequence's sum / C, mean over sequences). Not with ``seq-mean-token-sum``."""
     mask_truncated_completions: bool = False
+    """Completions cut at ``response_length`` (finish reason ``length``) get no loss."""
     num_mini_batches: int = attrs.field(default=1, validator=positive)
     """Optimizer steps per epoch over the rollout batch (PPO mini-batches)."""
     num_epochs: int = attrs.field(default=1, validator=positive)
     """Passes over the rollout batch; pi_old stays the policy that started the step."""
     advantage_eps: float = attrs.field(default=1e-6, validator=v.gt(0.0))
+    """Added to the group's standard deviation before dividing (``"standard"`` normalisation)."""
     use_engine_logprobs_as_old: bool = False
     """Take pi_old from the generation engine's log-probs instead of recomputing it with the
     learner (saves a forward; excludes ``mismatch_correction``)."""
@@ -239,18 +310,25 @@ class AlgorithmSection:
 @attrs.frozen
 class OptimSection:
     lr: float = attrs.field(default=1e-4, validator=v.gt(0.0))
+    """Peak learning rate of AdamW."""
     weight_decay: float = attrs.field(default=0.0, validator=non_negative)
+    """AdamW's decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's moment decay rates."""
     eps: float = attrs.field(default=1e-8, validator=v.gt(0.0))
+    """AdamW's denominator epsilon."""
     warmup_steps: int = attrs.field(default=0, validator=non_negative)
+    """Learner steps of linear warm-up from 0 to ``lr``."""
     lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
     """Schedule after warm-up; ``linear``/``cosine`` decay to zero at ``train.total_steps``."""
     max_grad_norm: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Gradients are clipped to this global L2 norm before every optimizer step."""
 
 
 @attrs.frozen
 class TrainSection:
     total_steps: int = attrs.field(default=100, validator=positive)
+    """Learner steps (rollout batches) to train for."""
     local_eval_every: int = attrs.field(default=10, validator=non_negative)
     """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
     max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
@@ -261,13 +339,50 @@ class TrainSection:
     """torch intra-op threads; 0 = torch's default."""
 
 
+_REPO_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _repo_id(_inst: Any, _attribute: attrs.Attribute, value: str) -> None:
+    if not _REPO_ID.match(value) or len(value) > 96:
+        raise ValueError(f"must be a Hugging Face repo id such as 'my-org/my-model', got {value!r}")
+
+
+@attrs.frozen
+class HubPushSection:
+    """``[checkpoint.push_to_hub]``: upload checkpoints to a Hugging Face Hub model repository.
+
+    Uploads run in a background thread while training goes on, one at a time, each checkpoint as
+    one commit ("grpo-run step <n>") at the root of the repository, so the repository always
+    holds the newest pushed model. The token is huggingface_hub's own (``HF_TOKEN`` or
+    ``hf auth login``). A failed upload is a warning: training continues and the local
+    checkpoint is kept.
+    """
+
+    repo_id: str = attrs.field(validator=_repo_id)
+    """The repository, ``"<user or org>/<name>"``; created (with ``private``) if it does not exist."""
+    private: bool = True
+    """Create the repository as private (an existing repository keeps its visibility)."""
+    every_n_saves: int = attrs.field(default=1, validator=positive)
+    """Push every this many saved checkpoints; the final checkpoint of a completed run is always pushed."""
+    include_trainer_state: bool = False
+    """Also upload ``trainer_state.pt`` (optimizer, sampler and RNG state: what ``--resume`` needs;
+    about twice the model's size)."""
+    endpoint: str | None = None
+    """The Hub's URL (default: ``HF_ENDPOINT`` or https://huggingface.co); for a self-hosted mirror."""
+    wait_timeout_s: float = attrs.field(default=1800.0, validator=v.gt(0.0))
+    """When the run ends, wait at most this long for uploads still running, then give up with a warning."""
+
+
 @attrs.frozen
 class CheckpointSection:
     save_freq: int = attrs.field(default=0, validator=non_negative)
     """Save a checkpoint every this many steps (0 = only at the end)."""
     save_final: bool = True
+    """Save a checkpoint when the run completes (or stops early); an interrupted run always saves."""
     dir: str | None = None
     """Where checkpoints go (``step_<n>/`` and ``latest``); default ``<run_dir>/checkpoints``."""
+    push_to_hub: HubPushSection | None = None
+    """``[checkpoint.push_to_hub]``: also upload checkpoints to the Hugging Face Hub (absent: local only)."""
 
 
 def _at_most_error_window(inst: Any, _attribute: attrs.Attribute, value: int) -> None:
@@ -304,6 +419,7 @@ class ScoringSection:
 @attrs.frozen
 class LoggingSection:
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written to ``log.jsonl``."""
     progress: bool = True
     """Show the rich progress display (turned off automatically when stdout is not a terminal)."""
 

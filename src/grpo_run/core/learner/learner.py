@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from grpo_run.core.plugins.types import LossInputs
-from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
@@ -78,7 +79,14 @@ class Learner:
         self.steps = 0
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
-        """A detached copy of the policy weights, safe to hand to a generator while training goes on."""
+        """A detached copy of the policy weights, safe to hand to a generator while training goes on.
+
+        With LoRA: the merged weights under the base model's names (what an engine that loaded
+        the base model expects)."""
+        if self.spec.model.lora is not None:
+            from grpo_run.core.learner.lora import merged_state_dict
+
+            return merged_state_dict(self.policy)
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
     # -- one step --------------------------------------------------------------------------
@@ -149,7 +157,10 @@ class Learner:
             return self._policy_logprobs(model, batch, mask)
 
     def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: torch.Tensor) -> torch.Tensor:
-        return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
+        low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
+        region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
+        with region:
+            return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
 
     def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
@@ -236,12 +247,30 @@ def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
     (``world_size``, ``reduce_sum`` for data-parallel learners)."""
     model = spec.model
-    policy = model.load(model.policy_from)
-    if model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    reference = None
-    if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
-        reference = model.load()
-        reference.eval().requires_grad_(False)
+    if model.lora is not None:
+        policy, reference = _lora_policy(spec)
+    else:
+        policy = model.load(model.policy_from)
+        if model.gradient_checkpointing:
+            enable_activation_checkpointing(policy)
+        reference = None
+        if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
+            reference = model.load()
+            reference.eval().requires_grad_(False)
     kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
     return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)
+
+
+def _lora_policy(spec: LearnerSpec) -> tuple[Any, Any]:
+    """The base model at ``path`` with adapters (new, or the checkpoint's when resuming); the
+    reference is the same model with the adapters disabled."""
+    from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
+
+    model = spec.model
+    assert model.lora is not None
+    base = model.load()
+    if model.gradient_checkpointing:
+        enable_activation_checkpointing(base)
+    policy = wrap_policy(base, model.lora, adapter_from=model.policy_from)
+    reference = AdapterDisabledView(policy) if spec.uses_reference else None
+    return policy, reference

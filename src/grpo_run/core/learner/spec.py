@@ -3,7 +3,7 @@
 :class:`LearnerSpec` holds exactly the learner's settings (algorithm, optimizer, KL, the loss and
 KL estimator as ``(class, config)`` pairs, where the weights come from) -- not the whole run
 config -- so a learner can be constructed in another process or on another node: pickle the
-spec, call :func:`build_learner` there.
+spec, call :func:`grpo_run.core.learner.learner.build_learner` there.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
+from grpo_run.core.config.schema import AlgorithmSection, KLSlot, LoraSection, OptimSection
 from grpo_run.core.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -44,11 +44,21 @@ class ModelSpec:
     gradient_checkpointing: bool = False
     policy_from: str | None = None
     """A checkpoint whose weights the policy starts from instead of ``path`` (resuming); the
-    reference policy still starts from ``path``."""
+    reference policy still starts from ``path``. With LoRA, the checkpoint's adapter is loaded
+    onto the base model at ``path``."""
+    autocast: str = "none"
+    """``"bfloat16"``: learner forwards run under ``torch.autocast`` (weights stay in ``dtype``)."""
+    lora: LoraSection | None = None
+    """LoRA adapters instead of full fine-tuning (see :mod:`grpo_run.core.learner.lora`)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype of autocast regions, ``None`` when forwards run in the weights' dtype."""
+        return None if self.autocast == "none" else DTYPES[self.autocast]
 
     def load(self, source: str | None = None) -> torch.nn.Module:
         """The causal LM at ``source`` (default ``path``) on ``device``, in ``dtype``."""
@@ -89,3 +99,30 @@ class LearnerSpec:
     @property
     def uses_reference(self) -> bool:
         return self.kl.beta > 0 and self.kl.reference != "none"
+
+
+def resolve_device(name: str) -> str:
+    """``"auto"``: ``"cuda"`` when a CUDA device is visible, else ``"cpu"``; a CUDA device asked
+    for where there is none is a :class:`UserError` (not a silent fall-back to the CPU)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"model.device = {name!r}: no CUDA device is available (torch {torch.__version__})")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"model.device = {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return name
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Activation (gradient) checkpointing with the non-reentrant torch implementation.
+
+    transformers 5.x renamed ``gradient_checkpointing_enable`` (now a deprecated alias that warns)
+    to ``activation_checkpointing_enable``; older 5.x releases only have the former.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -14,7 +14,7 @@ from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.learner import Learner, build_learner
-from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
+from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, resolve_device
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
@@ -82,10 +82,11 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
     m = cfg.model
     return LearnerSpec(
         model=ModelSpec(
-            path=model_path, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
+            path=model_path, dtype=m.dtype, device=resolve_device(m.device), attn_implementation=m.attn_implementation,
             revision=m.revision, trust_remote_code=m.trust_remote_code,
             gradient_checkpointing=m.gradient_checkpointing,
             policy_from=str(policy_from) if policy_from is not None else None,
+            autocast=m.autocast, lora=m.lora,
         ),
         algorithm=cfg.algorithm,
         optim=cfg.optim,
@@ -135,7 +136,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     engine = registry.get(ENGINE, cfg.engine.name)(
         cfg.engine.config,
         EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=learner.spec.model.torch_dtype,
-                      device=cfg.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
+                      device=learner.spec.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
     )
     scorer = RewardScorer.from_config(
         cfg.scoring,

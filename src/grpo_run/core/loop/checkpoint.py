@@ -13,7 +13,7 @@ import random
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ def save_checkpoint(
     *,
     trainer_state: Mapping[str, Any] | None = None,
     info: Mapping[str, Any] | None = None,
+    write_extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write ``model`` + ``tokenizer`` (+ optimizer/sampler/RNG state) to ``dest`` atomically.
 
     Everything is written to a temporary sibling directory first and renamed into place, so a
-    crash never leaves a half-written checkpoint under the final name.
+    crash never leaves a half-written checkpoint under the final name. ``write_extra`` writes
+    more into that directory before the rename (a LoRA run's merged model).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -49,6 +51,8 @@ def save_checkpoint(
             torch.save(dict(trainer_state), tmp / "trainer_state.pt")
         if info is not None:
             (tmp / "grpo_run.json").write_text(json.dumps(dict(info), indent=2, default=str))
+        if write_extra is not None:
+            write_extra(tmp)
         old = None
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")

@@ -24,6 +24,7 @@ import structlog
 from grpo_run.core.config import dump_config_toml
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
+from grpo_run.core.learner.lora import merged_model_writer
 from grpo_run.core.loop.build import RunParts, build_run, loop_settings
 from grpo_run.core.loop.checkpoint import (
     find_checkpoint,
@@ -42,6 +43,7 @@ from grpo_run.core.loop.observers import (
     TrackerFanout,
     close_all,
 )
+from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.progress import RunProgress
 from grpo_run.core.loop.scheduler import TrainingLoop
 from grpo_run.core.plugins.host import PluginHost
@@ -100,6 +102,8 @@ def train(
     progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress)
     progress.message(f"grpo-run: run directory {run_dir}")
     hooks = LifecycleHooks(host, progress)
+    push = cfg.checkpoint.push_to_hub
+    pusher = HubPusher(push, progress.warning) if push is not None else None
     parts: RunParts | None = None
     observers: list[Observer] = []
     status, error = "failed", None
@@ -122,7 +126,9 @@ def train(
         built = parts
 
         def save(step: int, rollout_state: Mapping[str, Any] | None) -> None:
-            _save(built, step, rollout_state)
+            dest = _save(built, step, rollout_state)
+            if pusher is not None:
+                pusher.saved(dest, step)
 
         checkpointer = Checkpointer(save, cfg.checkpoint.save_freq, cfg.checkpoint.save_final)
         observers = [checkpointer, MetricsFile(run_dir), TrackerFanout(parts.trackers), hooks,
@@ -147,6 +153,8 @@ def train(
         log.error("run_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
         raise
     finally:
+        if pusher is not None:
+            pusher.finish(completed=status == "completed")
         close_all(observers, status, error)
         if not observers:
             progress.close()
@@ -168,7 +176,7 @@ async def _drive(loop: TrainingLoop, parts: RunParts) -> Any:
         await parts.scorer.aclose()
 
 
-def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = None) -> None:
+def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = None) -> Path:
     """Checkpoint after ``step``. ``rollout_state`` (from the loop): the sampler's (and engine's)
     state from before batch ``step + 1`` was drawn, when drawing it has already begun."""
     dest = checkpoints_dir(parts.cfg, parts.run_dir) / f"step_{step}"
@@ -184,8 +192,10 @@ def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = 
             "step": step,
         },
         info={"step": step, "model": parts.cfg.model.name_or_path},
+        write_extra=merged_model_writer(parts.learner),
     )
     get_logger().info("checkpoint_saved", step=step, path=str(dest))
+    return dest
 
 
 def _restore(parts: RunParts, state: Mapping[str, Any]) -> None:

@@ -141,6 +141,7 @@ class JudgeConfig(VerifierConfig):
     """The judge's maximum score; the verifier's score is ``raw / score_scale`` and a raw score
     outside ``[0, score_scale]`` is an error."""
     temperature: float = attrs.field(default=0.0, validator=_number(0, strict=False))
+    """Sampling temperature of the judge's reply (0: greedy, the most repeatable scores)."""
     max_tokens: int = attrs.field(default=512, validator=_number(1, strict=False, integer=True))
     """Most tokens of the judge's reply (leave room for its reasoning before the score)."""
     max_concurrency: int = attrs.field(default=32, validator=_number(1, strict=False, integer=True))
