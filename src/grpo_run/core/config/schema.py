@@ -221,6 +221,16 @@ class ScoringSection:
     """Calls a verifier must have had before ``max_error_rate`` can stop the run."""
     max_logged_errors: int = attrs.field(default=5, validator=non_negative)
     """Failed calls logged (with the row id) per verifier; every failure is counted in the metrics."""
+    max_consecutive_timeouts: int = attrs.field(default=3, validator=non_negative)
+    """Stop the run at once when a verifier's calls on this many different rows in a row timed
+    out (several samples of one row count once; a call that returns ends the streak): a hung
+    verifier stops the run after about this many x ``timeout_s`` instead of ``error_min_calls`` x
+    ``timeout_s``. 0 disables the check."""
+    max_calls_per_worker: int = attrs.field(default=0, validator=non_negative)
+    """Replace a scoring worker process after it served this many calls; 0 = never."""
+    max_worker_rss_mb: float = attrs.field(default=0.0, validator=non_negative)
+    """Replace a scoring worker process whose resident memory is above this many MiB after a
+    chunk of calls (a leaking verifier); 0 = never."""
 
 
 @attrs.frozen
