@@ -190,6 +190,8 @@ class CheckpointSection:
     save_final: bool = True
     dir: str | None = None
     """Where checkpoints go (``step_<n>/`` and ``latest``); default ``<run_dir>/checkpoints``."""
+    keep_last_n: int = attrs.field(default=0, validator=non_negative)
+    """Keep only the newest this many checkpoints (older ones are deleted after each save); 0 = keep all."""
 
 
 def _at_most_error_window(inst: Any, _attribute: attrs.Attribute, value: int) -> None:

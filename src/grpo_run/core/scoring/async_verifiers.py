@@ -7,8 +7,9 @@ time limit is enforced by cancelling the task (``asyncio.timeout``). Instances a
 first use, in this process, and closed with their ``aclose()`` when the scorer closes.
 
 A verifier that blocks the event loop instead of awaiting is named by a watchdog
-(:mod:`grpo_run.core.scoring.loop_watchdog`), and a call that held the loop longer than its time
-limit counts as timed out, whatever it returned.
+(:mod:`grpo_run.core.scoring.loop_watchdog`) while it blocks, and a call that held the loop longer
+than its time limit stops the run with a :class:`RunError` once it returns: such a call cannot be
+cancelled, and it stalls everything else.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class AsyncVerifiers:
         """Also shows the watchdog's warning (the run points it at the console); it is always logged."""
         self.monitor = StepMonitor()
         self._watchdog: LoopWatchdog | None = None
+        self._blocking: str | None = None
+        """Set once a call blocked the loop past its limit: no further call starts."""
 
     def _verifiers(self) -> dict[str, Any]:
         if self._instances is None:  # no await in between: safe under concurrent score() calls
@@ -93,6 +96,8 @@ class AsyncVerifiers:
         return outcomes
 
     async def _call(self, verifier: Any, unit: Unit) -> list[CallOutcome]:
+        if self._blocking is not None:  # calls queued behind a blocking one must not block too
+            raise RunError(self._blocking)
         name = unit[0].verifier
         policy = self._policies[name]
         limit = self._timeout_s * len(unit)
@@ -115,8 +120,13 @@ class AsyncVerifiers:
                 return failed_outcomes(len(unit), self._timeout_s, f"{what} after {limit:g}s (cancelled)", timed_out=True)
             return failed_outcomes(len(unit), (time.perf_counter() - start) / len(unit), describe_exception(exc))
         if tracked is not None and tracked.blocked_s > limit:  # asyncio.timeout could not fire meanwhile
-            error = f"{what}: blocked the event loop for {tracked.blocked_s:.1f}s (limit {limit:g}s)"
-            return failed_outcomes(len(unit), self._timeout_s, error, timed_out=True)
+            self._blocking = (
+                f"async verifier {name!r} blocked the event loop for {tracked.blocked_s:.1f} s in one call "
+                f"(over its {limit:g} s limit, scoring.timeout_s): a blocking call inside `async def score` "
+                f"stalls generation, training and every other verifier, and cannot be cancelled. Use an "
+                f"async client, or make `score` a plain def so it runs in a killable worker process"
+            )
+            raise RunError(self._blocking)
         return outcomes_of(results, (time.perf_counter() - start) / len(unit), policy)
 
     async def aclose(self) -> None:

@@ -5,8 +5,8 @@ the whole event loop: no other call, no generation, no learner step and no ``asy
 can run until it returns, so the run stalls without a word. Every step of an async verifier's
 coroutine is wrapped (:class:`Tracked`): it notes which verifier runs and since when. A daemon
 thread (:class:`LoopWatchdog`) looks every :data:`POLL_S` seconds; when one step has run longer
-than ``warn_after_s`` it warns once, naming the verifier. The scorer counts a call whose step
-overran the time limit as timed out, so the timeout guards can stop the run.
+than ``warn_after_s`` it warns, once per verifier, naming it. A call whose step overran the time
+limit stops the run when it returns (:mod:`grpo_run.core.scoring.async_verifiers`).
 
 The blocking call itself cannot be interrupted from outside; the warning says what to fix.
 """
@@ -82,7 +82,7 @@ class Tracked:
 
 
 class LoopWatchdog:
-    """A daemon thread that warns once per blocking step longer than ``warn_after_s``."""
+    """A daemon thread that warns (once per verifier) when one step runs longer than ``warn_after_s``."""
 
     def __init__(self, monitor: StepMonitor, warn_after_s: float, warn: Callable[[str], None]) -> None:
         self.monitor = monitor
@@ -97,14 +97,14 @@ class LoopWatchdog:
         self._thread.join(1.0)
 
     def _watch(self) -> None:
-        warned: tuple[str, float] | None = None
+        warned: set[str] = set()
         while not self._stop.wait(POLL_S):
             current = self.monitor.current
-            if current is None or current is warned:
+            if current is None or current[0] in warned:
                 continue
             blocked = time.monotonic() - current[1]
             if blocked >= self.warn_after_s:
-                warned = current
+                warned.add(current[0])
                 self.warn(
                     f"async verifier {current[0]!r} has blocked the event loop for {blocked:.1f} s: "
                     f"nothing else runs (no generation, no learner step, no timeout) until it returns. "
