@@ -112,6 +112,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.config import load_config
 
     cfg = load_config(args.config, host.registry, args.overrides)
+    _check_model(cfg, host, args.config)
     if args.command == "check":
         print(f"{args.config}: ok")
         return 0
@@ -122,6 +123,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
     train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite)
     return 0
+
+
+def _check_model(cfg, host, source: str) -> None:
+    """The model checks that need no weights (device, model directory), for check and train alike."""
+    from grpo_run.core.config.formatting import ConfigError
+    from grpo_run.core.loop.preflight import check_model
+
+    issues = check_model(cfg, host.registry)
+    if issues:
+        raise ConfigError(source, issues)
 
 
 def _print_plugins(host) -> int:
