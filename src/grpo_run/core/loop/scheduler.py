@@ -188,6 +188,10 @@ class TrainingLoop:
                 )
             if self.state.stopping:
                 return
+            # An evaluation of the step just finished goes first: it draws on the engine's own
+            # state (e.g. a sampling-seed counter) too, and the order must not be a race.
+            while self._eval_task is not None:
+                await asyncio.wait({self._eval_task})
             await self._sync_engine()
             if self.state.stopping:
                 return
