@@ -9,8 +9,8 @@ parent holds a ``latest`` file naming the newest one.
 Writing: everything goes to a temporary sibling ``.step_<n>.<pid>.<random>/`` that is renamed into
 place when complete, so a crash never leaves a half-written checkpoint under the final name (a
 stale temporary directory is removed at the next start, :mod:`grpo_run.core.loop.rundir`). The
-directory gets the usual permissions for the umask (``mkdtemp``'s 0700 would hide it from a
-separate inference-server account). A write that fails because the disk is full raises
+directory and its files get the usual permissions for the umask (``mkdtemp``'s 0700 and
+safetensors' 0600 would hide them from a separate inference-server account). A write that fails because the disk is full raises
 :class:`CheckpointWriteError`, one line with the path and the free space; ``latest`` still names
 the previous checkpoint.
 
@@ -72,6 +72,7 @@ def save_checkpoint(
             torch.save(dict(trainer_state), tmp / TRAINER_STATE)
         if info is not None:
             (tmp / "grpo_run.json").write_text(json.dumps(dict(info), indent=2, default=str))
+        _readable_like(tmp)
         write_manifest(tmp)
         old = None
         if dest.exists():
@@ -252,6 +253,15 @@ def _check_safetensors_headers(checkpoint: Path) -> str | None:
         except Exception as exc:  # safetensors raises its own error types
             return f"{path.name} is unreadable ({exc})"
     return None
+
+
+def _readable_like(directory: Path) -> None:
+    """Give every file the permissions a new file gets under the umask (the directory's, without
+    execute): some writers (safetensors) create 0600 files, which another account cannot read."""
+    mode = directory.stat().st_mode & 0o666
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
 
 
 def _write_atomically(path: Path, text: str) -> None:

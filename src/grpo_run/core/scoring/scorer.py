@@ -358,6 +358,9 @@ class RewardScorer:
         for plan, outcome in zip(planned, outcomes, strict=True):
             row = rows[plan.row]
             metrics.add(plan.verifier, outcome)
+            if outcome.error == CANCELLED:  # the scorer is stopping: not the verifier's failure
+                row_errors[plan.row].append(f"{plan.verifier}: {outcome.error}")
+                continue
             self._guard.add(plan.verifier, outcome, row.get("id"))
             if outcome.error is not None:
                 row_errors[plan.row].append(f"{plan.verifier}: {outcome.error}")

@@ -33,7 +33,14 @@ import structlog
 from grpo_run.core.errors import RunError
 from grpo_run.core.scoring.policy import VerifierPolicy
 from grpo_run.core.scoring.worker_process import CANCELLED, WorkerProcess
-from grpo_run.core.scoring.workers import CallOutcome, Unit, VerifierSpecs, build_verifiers, run_units
+from grpo_run.core.scoring.workers import (
+    CallOutcome,
+    Unit,
+    VerifierSpecs,
+    build_verifiers,
+    failed_outcomes,
+    run_units,
+)
 
 MAX_CHUNK = 64
 """Most calls sent to a worker in one message."""
@@ -168,8 +175,11 @@ class SyncVerifiers:
                 chunk, future = job
                 if not future.set_running_or_notify_cancel():
                     continue
-                if self._broken is not None or self._cancel.is_set():
-                    future.set_exception(self._broken or RunError(self._abort_reason or CANCELLED))
+                if self._broken is not None:
+                    future.set_exception(self._broken)
+                    continue
+                if self._cancel.is_set():  # stopping: what never ran is cancelled, not an error
+                    future.set_result([failed_outcomes(len(unit), 0.0, CANCELLED) for unit in chunk])
                     continue
                 self._settle(future, lambda: worker.run_chunk(chunk, self._on_unit))
                 self._maybe_recycle(worker)
