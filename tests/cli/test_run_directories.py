@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import TESTS
-from support.processes import metrics_steps
+from support.processes import metrics_steps, subprocess_env
 from support.runs import write_run
 from support.verifiers import LENGTH_REWARD
 
@@ -96,7 +95,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_the_previous_checkpoint
     script = (f'mount -t tmpfs -o size=320k tmpfs "{disk}" && exec "{sys.executable}" -m grpo_run.cli.main '
               f'"{cfg}" --output-dir "{run}"')
     done = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "400"}, timeout=300)
+                          env=subprocess_env(), timeout=300)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert lines[0] == f"grpo-run: run directory {run}"

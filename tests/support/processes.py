@@ -21,6 +21,12 @@ from support.paths import TESTS
 GRPO_RUN = [sys.executable, "-m", "grpo_run.cli.main"]
 
 
+def subprocess_env() -> dict[str, str]:
+    """This environment, with ``tests/`` importable (for ``support.*`` verifiers) and a wide console."""
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "COLUMNS": "400"}
+
+
 @attrs.define
 class Finished:
     returncode: int
@@ -51,7 +57,7 @@ def run_grpo(
 ) -> Finished:
     """Run ``grpo-run ARGS``; once ``when(output so far)`` holds, send each ``(signal, delay_s)``
     (delays from that moment). Kills the session and fails if it runs past ``limit_s``."""
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "400"}
+    env = subprocess_env()
     proc = subprocess.Popen([*GRPO_RUN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
     os.set_blocking(proc.stdout.fileno(), False)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from support import faulty_verifiers as faulty
-from support.paths import TESTS
+from support.processes import subprocess_env
 from support.scoring_helpers import MisbehavingVerifier
 
 from grpo_run import NoConfig, VerifierConfig
@@ -138,7 +138,7 @@ def test_workers_die_with_their_parent_even_on_sigkill(tmp_path) -> None:
         time.sleep(600)
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(TESTS)}, start_new_session=True)
+                              env=subprocess_env(), start_new_session=True)
     try:
         while not (line := parent.stdout.readline()).startswith("PIDS"):
             assert line, "the parent exited early"

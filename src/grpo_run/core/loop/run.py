@@ -95,16 +95,7 @@ def train(
     Raises :class:`~grpo_run.core.loop.signals.RunInterrupted` after a SIGINT/SIGTERM.
     """
     damaged: list[str] = []
-    checkpoint, trainer_state, start_step = None, None, 0
-    if resume_from is not None:
-        checkpoint = find_checkpoint(resume_from, on_damaged=damaged.append)
-        trainer_state = load_trainer_state(checkpoint)
-        start_step = int(trainer_state["step"])
-        if start_step >= cfg.train.total_steps:
-            raise UserError(
-                f"--resume {resume_from}: checkpoint {checkpoint.name} is at step {start_step}, and "
-                f"train.total_steps = {cfg.train.total_steps}: nothing left to train (raise train.total_steps)"
-            )
+    checkpoint, trainer_state, start_step = _resume_point(cfg, resume_from, damaged.append)
     notes = prepare_run_dir(run_dir, checkpoints_dir(cfg, run_dir),
                             resume_step=start_step if checkpoint is not None else None, overwrite=overwrite)
     (run_dir / "config.toml").write_text(dump_config_toml(cfg), encoding="utf-8")
@@ -194,6 +185,23 @@ def train(
             # same process, tests) gets structlog's defaults back instead of an I/O error.
             structlog.reset_defaults()
             log_file.close()
+
+
+def _resume_point(
+    cfg: RunConfig, resume_from: str | Path | None, on_damaged: Any
+) -> tuple[Path | None, dict[str, Any] | None, int]:
+    """(checkpoint, its trainer state, its step) to resume from; (None, None, 0) for a new run."""
+    if resume_from is None:
+        return None, None, 0
+    checkpoint = find_checkpoint(resume_from, on_damaged=on_damaged)
+    trainer_state = load_trainer_state(checkpoint)
+    start_step = int(trainer_state["step"])
+    if start_step >= cfg.train.total_steps:
+        raise UserError(
+            f"--resume {resume_from}: checkpoint {checkpoint.name} is at step {start_step}, and "
+            f"train.total_steps = {cfg.train.total_steps}: nothing left to train (raise train.total_steps)"
+        )
+    return checkpoint, trainer_state, start_step
 
 
 async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals) -> Any:

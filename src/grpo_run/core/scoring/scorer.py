@@ -37,6 +37,7 @@ from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
 from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
+from grpo_run.core.scoring.results import ScoredBatch, ScoredCompletion
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
 from grpo_run.core.scoring.worker_process import CANCELLED
 from grpo_run.core.scoring.workers import CallOutcome, Unit, VerifierCall, VerifierSpecs, build_policies
@@ -45,45 +46,6 @@ if TYPE_CHECKING:
     from grpo_run.core.config.schema import ScoringSection
 
 logger = structlog.get_logger()
-
-
-@attrs.frozen
-class ScoredCompletion:
-    """The reward of one completion."""
-
-    reward: float
-    """``verification_reward x sum(weight x score)`` over the applicable additive verifiers the
-    row gets, or the ``gate_fail_reward`` of a gate it failed."""
-    max_reward: float
-    """``verification_reward x sum(weight x top of score range)`` over the same additive verifiers."""
-    scores: Mapping[str, float]
-    """Unweighted score of each applicable verifier, gates included (0 for a failed call)."""
-    error: str | None = None
-    """Why some verifier gave no real score (timeout, exception, not enabled); None when all did."""
-    gated: bool = False
-    """A gate failed, so ``reward`` is its ``gate_fail_reward``."""
-
-
-class ScoredBatch(Sequence[ScoredCompletion]):
-    """What one :meth:`RewardScorer.score` call returns: the results, in order, and the
-    statistics of exactly these calls (``metrics()`` reports them as step metrics; ``stats`` can
-    be merged with other calls' into one step's)."""
-
-    __slots__ = ("results", "stats")
-
-    def __init__(self, results: list[ScoredCompletion], stats: ScoringMetrics) -> None:
-        self.results = results
-        self.stats = stats
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self.results[index]
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def metrics(self) -> dict[str, float]:
-        """``verifier/<name>/...`` and ``scoring/...`` metrics of this call (see :class:`ScoringMetrics`)."""
-        return self.stats.report()
 
 
 @attrs.frozen
