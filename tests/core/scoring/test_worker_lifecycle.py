@@ -128,12 +128,15 @@ def test_workers_ignore_sigint_the_parent_decides() -> None:
 
 def test_workers_die_with_their_parent_even_on_sigkill(tmp_path) -> None:
     script = textwrap.dedent("""
-        import sys, time
+        import asyncio, threading, time
         from grpo_run import NoConfig
         from grpo_run.core.scoring.scorer import RewardScorer
         from support.faulty_verifiers import Hang
-        scorer = RewardScorer({"hang": (Hang, NoConfig())}, num_workers=2)
+        scorer = RewardScorer({"hang": (Hang, NoConfig())}, num_workers=2, timeout_s=600, chunk_size=1)
         scorer.start()
+        rows = [{"id": f"r{i}", "verifier": "hang", "ground_truth": None} for i in range(2)]
+        threading.Thread(target=asyncio.run, args=(scorer.score(rows, ["a", "b"]),), daemon=True).start()
+        time.sleep(1.0)  # both workers are busy in a hung call: they would not notice a closed pipe
         print("PIDS", *scorer.worker_pids, flush=True)
         time.sleep(600)
     """)
