@@ -1,7 +1,7 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete: completion is cheap to ask for; see docs/python-api.md)
 """The ``grpo-run`` command.
 
-    grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
+    grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH | --overwrite]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
     grpo-run docs config [--output FILE] [--check [FILE]]           the config reference page
@@ -10,13 +10,16 @@
 
 Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
 
-User mistakes print a clear message and exit 2, never a traceback.
+User mistakes print a clear message and exit 2, never a traceback. A run stopped on purpose
+(a verifier that keeps failing, a full disk) exits 1; one stopped by SIGINT / SIGTERM exits 130 /
+143 after saving a checkpoint and printing the command that resumes it (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
@@ -45,9 +49,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
         if name == "train":
             p.add_argument("--output-dir", help="run directory (default: <run.output_dir>/<run.name>)")
-            p.add_argument("--resume", metavar="PATH",
-                           help="continue from a checkpoint, or the newest one in a run or checkpoints "
-                                "directory (the run directory defaults to the one it belongs to)")
+            again = p.add_mutually_exclusive_group()
+            again.add_argument("--resume", metavar="PATH",
+                               help="continue from a checkpoint, or the newest one in a run or checkpoints "
+                                    "directory (the run directory defaults to the one it belongs to)")
+            again.add_argument("--overwrite", action="store_true",
+                               help="start again in a run directory that holds an earlier run (removes its files)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
     add_docs_parser(sub)
@@ -80,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunError as exc:
         print_problem(err, "run stopped:", str(exc))
         return exc.exit_code
+    except RunInterrupted as exc:
+        print_interrupted(err, exc, args)
+        return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
@@ -89,6 +99,29 @@ def print_problem(console: Console, label: str, text: str) -> None:
     """``label`` in bold red, then ``text`` exactly as written (user text is never rich markup:
     a hint such as "add a table such as [verifiers.math]" must keep its brackets)."""
     console.print(Text.assemble((label, "bold red"), " ", text), soft_wrap=True)
+
+
+def print_interrupted(console: Console, exc: RunInterrupted, args: argparse.Namespace) -> None:
+    """Where an interrupted run stands and the exact command that goes on with it."""
+    if exc.checkpoint is None:
+        console.print(Text(f"interrupted by {exc.signal_name} before the first step finished: nothing to save"),
+                      soft_wrap=True)
+        console.print(Text("start again with: " + _command(args, ["--overwrite"])), soft_wrap=True)
+        return
+    console.print(Text(f"interrupted by {exc.signal_name} after step {exc.step}: checkpoint {exc.checkpoint}"),
+                  soft_wrap=True)
+    console.print(Text("resume with: " + _command(args, ["--resume", str(exc.checkpoint)])), soft_wrap=True)
+
+
+def _command(args: argparse.Namespace, extra: list[str]) -> str:
+    """The train command the user ran (config, overrides, run directory) with ``extra`` instead
+    of its --resume / --overwrite."""
+    words = ["grpo-run", "train", args.config]
+    for override in args.overrides:
+        words += ["--set", override]
+    if args.output_dir:
+        words += ["--output-dir", args.output_dir]
+    return shlex.join(words + extra)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -106,6 +139,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.config import load_config
 
     cfg = load_config(args.config, host.registry, args.overrides)
+    _check_model(cfg, host, args.config)
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, print_data_summary
 
@@ -113,13 +147,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"{args.config}: ok")
         print_data_summary(Console(highlight=False), rows)
         return 0
-    from grpo_run.core.loop.checkpoint import find_checkpoint
-    from grpo_run.core.loop.run import default_run_dir, run_dir_of_checkpoint, train
+    from grpo_run.core.loop.run import default_run_dir, train
+    from grpo_run.core.loop.rundir import run_dir_of_resume_path
 
-    resumed_run = run_dir_of_checkpoint(find_checkpoint(args.resume)) if args.resume else None
+    resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
-    train(cfg, host, run_dir, resume_from=args.resume)
+    train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite)
     return 0
+
+
+def _check_model(cfg, host, source: str) -> None:
+    """The model checks that need no weights (device, model directory), for check and train alike."""
+    from grpo_run.core.config.formatting import ConfigError
+    from grpo_run.core.loop.preflight import check_model
+
+    issues = check_model(cfg, host.registry)
+    if issues:
+        raise ConfigError(source, issues)
 
 
 def _print_plugins(host) -> int:

@@ -35,11 +35,13 @@ class FakeProducer:
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
         self.intervals: dict[int, tuple[float, float]] = {}
+        self.drawn = 0
 
     def rollout_state(self) -> dict[str, Any]:
-        return {"sampler": {"next": len(self.intervals)}}
+        return {"sampler": {"next": self.drawn}}
 
     async def produce(self, index: int) -> RolloutBatch:
+        self.drawn += 1  # like RolloutProducer: prompts are drawn before the first await
         start = time.perf_counter()
         version = self.engine.version
         await asyncio.sleep(GEN_S)
@@ -130,5 +132,6 @@ def test_staleness_never_exceeds_async_steps_minus_one(async_steps: int) -> None
 def test_a_checkpoint_step_carries_the_rollout_state_from_before_the_next_draw() -> None:
     _, _, _, recorder = run_loop(async_steps=2, steps=4, save_freq=2)
     states = {e.step: e.rollout_state for e in recorder.events}
-    # Before batch 3 was drawn, batches 1 and 2 had been produced; nothing is snapshotted off-cadence.
-    assert states == {1: None, 2: {"sampler": {"next": 2}}, 3: None, 4: None}
+    # Every step carries the state from before the next batch was drawn -- an interrupt may need
+    # it after any step -- including the draws of batches already in flight (async_steps = 2).
+    assert states == {1: {"sampler": {"next": 1}}, 2: {"sampler": {"next": 2}}, 3: {"sampler": {"next": 3}}, 4: None}

@@ -383,6 +383,8 @@ class CheckpointSection:
     """Where checkpoints go (``step_<n>/`` and ``latest``); default ``<run_dir>/checkpoints``."""
     push_to_hub: HubPushSection | None = None
     """``[checkpoint.push_to_hub]``: also upload checkpoints to the Hugging Face Hub (absent: local only)."""
+    keep_last_n: int = attrs.field(default=0, validator=non_negative)
+    """Keep only the newest this many checkpoints (older ones are deleted after each save); 0 = keep all."""
 
 
 def _at_most_error_window(inst: Any, _attribute: attrs.Attribute, value: int) -> None:
@@ -414,6 +416,16 @@ class ScoringSection:
     """Calls a verifier must have had before ``max_error_rate`` can stop the run."""
     max_logged_errors: int = attrs.field(default=5, validator=non_negative)
     """Failed calls logged (with the row id) per verifier; every failure is counted in the metrics."""
+    max_consecutive_timeouts: int = attrs.field(default=3, validator=non_negative)
+    """Stop the run at once when a verifier's calls on this many different rows in a row timed
+    out (several samples of one row count once; a call that returns ends the streak): a hung
+    verifier stops the run after about this many x ``timeout_s`` instead of ``error_min_calls`` x
+    ``timeout_s``. 0 disables the check."""
+    max_calls_per_worker: int = attrs.field(default=0, validator=non_negative)
+    """Replace a scoring worker process after it served this many calls; 0 = never."""
+    max_worker_rss_mb: float = attrs.field(default=0.0, validator=non_negative)
+    """Replace a scoring worker process whose resident memory is above this many MiB after a
+    chunk of calls (a leaking verifier); 0 = never."""
 
 
 @attrs.frozen

@@ -135,10 +135,10 @@ class Checkpointer:
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         pass  # the final save needs the run's own decision (completed vs interrupted): see run.py
 
-    def save_now(self, step: int) -> None:
-        """Save after ``step`` unless that was just saved."""
+    def save_now(self, step: int, rollout_state: Mapping[str, Any] | None = None) -> None:
+        """Save after ``step`` unless that was just saved (``rollout_state`` as in :class:`StepEvent`)."""
         if step != self.last_saved:
-            self.save(step, None)
+            self.save(step, rollout_state)
             self.last_saved = step
 
 

@@ -10,6 +10,12 @@ files, trackers, hooks, the console -- is an observer (:mod:`.observers`).
 
 The loop's collaborators are plain objects with small surfaces (:class:`LoopParts`), so tests
 drive it with fakes and a learner may live in another process.
+
+Stopping early (:meth:`TrainingLoop.request_stop`, e.g. on Ctrl-C or SIGTERM): batches being
+generated or scored and a running evaluation are cancelled; a learner step already running is
+finished and reported. The rollout state from before each batch was drawn is kept until that
+batch is trained, so a checkpoint after the last finished step resumes exactly
+(:meth:`TrainingLoop.resume_rollout_state`).
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ class LoopSettings:
     stop_at_eval_accuracy: float = 0.0
     max_runtime_s: float = 0.0
     save_freq: int = 0
-    """Steps after which a checkpoint is due: the loop snapshots the rollout state for them."""
+    """Steps after which a checkpoint is due (informational: the loop snapshots the rollout
+    state before every batch, since an interrupt may need it after any step)."""
     algorithm: AlgorithmSection = attrs.Factory(AlgorithmSection)
 
 
@@ -109,20 +116,55 @@ class TrainingLoop:
         self.cond = asyncio.Condition()
         self._inflight: set[asyncio.Task] = set()
         self._rollout_states: dict[int, dict[str, Any]] = {}
+        self._eval_task: asyncio.Task | None = None
+        self._batches: asyncio.Queue | None = None
+        self.interrupted: str | None = None
+        """Why :meth:`request_stop` was called (e.g. ``"SIGTERM"``), if it was."""
         self.log = get_logger()
+
+    def request_stop(self, reason: str) -> None:
+        """Stop as soon as it is safe (call on the loop's thread): cancel generation, scoring and
+        evaluation; a learner step in progress finishes and is reported."""
+        if self.interrupted is not None:
+            return
+        self.interrupted = reason
+        self._stop(f"interrupted by {reason}")
+        for task in list(self._inflight):
+            task.cancel()
+        if self._eval_task is not None:
+            self._eval_task.cancel()
+        if self._batches is not None and not self._batches.full():
+            self._batches.put_nowait(_END)  # wake a learner waiting for a batch
+        asyncio.ensure_future(self._wake_generator())
+
+    def resume_rollout_state(self) -> dict[str, Any] | None:
+        """The rollout state a checkpoint after the newest finished step must hold: the one from
+        before the next batch was drawn, or None when it was not drawn yet (the live state is it)."""
+        return self._rollout_states.get(self.state.version + 1)
+
+    def batches_in_flight(self) -> list[int]:
+        """Batches drawn but not trained (they are drawn again after a resume)."""
+        return sorted(i for i in self._rollout_states if i > self.state.version)
 
     async def run(self) -> LoopState:
         if self._can_eval and self.start_step == 0:
-            emit(self.observers, StepEvent(0, await self._evaluate(step=0)))
+            metrics = await self._evaluate_unless_stopped(step=0)
+            if metrics is None:
+                return self.state
+            emit(self.observers, StepEvent(0, metrics))
+        if self.state.stopping:
+            return self.state
         batches: asyncio.Queue = asyncio.Queue(maxsize=self.settings.async_steps)
+        self._batches = batches
         generator = asyncio.create_task(self._generate_stage(batches), name="generate")
         trainer = asyncio.create_task(self._train_stage(batches), name="train")
         try:
             # The learner decides when the run ends; a failing generator ends it too.
-            done, _ = await asyncio.wait({generator, trainer}, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()  # re-raise a stage's exception
-            await trainer
+            pending = {generator, trainer}
+            while trainer in pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # re-raise a stage's exception
         finally:
             leftovers = [t for t in (generator, trainer, *self._inflight) if not t.done()]
             for task in leftovers:
@@ -146,14 +188,22 @@ class TrainingLoop:
                 )
             if self.state.stopping:
                 return
+            # An evaluation of the step just finished goes first: it draws on the engine's own
+            # state (e.g. a sampling-seed counter) too, and the order must not be a race.
+            while self._eval_task is not None:
+                await asyncio.wait({self._eval_task})
             await self._sync_engine()
-            # A checkpoint after step index-1 must record the state from before this batch was drawn;
-            # snapshot only where such a checkpoint is due (the copy is not free for big samplers).
-            if settings.save_freq and (index - 1) % settings.save_freq == 0:
-                self._rollout_states[index] = self.parts.producer.rollout_state()
+            if self.state.stopping:
+                return
+            # A checkpoint after step index-1 (due, or forced by an interrupt) must record the
+            # state from before this batch was drawn.
+            self._rollout_states[index] = self.parts.producer.rollout_state()
             task = asyncio.create_task(self.parts.producer.produce(index), name=f"rollout-{index}")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+            # Let the task draw its prompts (before its first await) now, so the snapshot taken
+            # before the next batch includes this draw even when nothing else yields meanwhile.
+            await asyncio.sleep(0)
             await out.put(task)
         await out.put(_END)
 
@@ -161,7 +211,14 @@ class TrainingLoop:
         settings = self.settings
         last_step_end = time.perf_counter()
         while (item := await inp.get()) is not _END:
-            batch = await item
+            try:
+                batch = await item
+            except asyncio.CancelledError:
+                if self._abandoned():
+                    break  # the batch was abandoned by request_stop
+                raise
+            if self.interrupted is not None:
+                break  # not trained yet: drawn again after a resume
             seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version)
             metrics.update(batch.scoring_metrics)
             if seqs:
@@ -181,12 +238,15 @@ class TrainingLoop:
             last_step_end = now
             self._check_stop(step)
             if self._eval_due(step):
-                metrics.update(await self._evaluate(step))
-                target = settings.stop_at_eval_accuracy
-                if target and metrics["eval/accuracy"] >= target:
-                    self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
-            emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None)))
-            self._rollout_states.pop(step, None)
+                evaluated = await self._evaluate_unless_stopped(step)
+                if evaluated is not None:
+                    metrics.update(evaluated)
+                    target = settings.stop_at_eval_accuracy
+                    if target and metrics["eval/accuracy"] >= target:
+                        self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
+            for drawn in [i for i in self._rollout_states if i <= step]:
+                del self._rollout_states[drawn]
+            emit(self.observers, StepEvent(step, metrics, self._rollout_states.get(step + 1)))
             if self.state.stopping:
                 break
         async with self.cond:  # release a generator waiting for a version that will not come
@@ -215,10 +275,32 @@ class TrainingLoop:
         return bool(self.settings.local_eval_every) and self.parts.evaluator is not None
 
     def _eval_due(self, step: int) -> bool:
-        if not self._can_eval:
+        if not self._can_eval or self.interrupted is not None:
             return False
         every = self.settings.local_eval_every
         return step % every == 0 or step == self.settings.total_steps or self.state.stopping
+
+    async def _evaluate_unless_stopped(self, step: int) -> dict[str, float] | None:
+        """Evaluate in a task :meth:`request_stop` can cancel; None when it did."""
+        self._eval_task = asyncio.ensure_future(self._evaluate(step))
+        try:
+            return await self._eval_task
+        except asyncio.CancelledError:
+            if self._abandoned():
+                return None
+            raise
+        finally:
+            self._eval_task = None
+
+    def _abandoned(self) -> bool:
+        """A CancelledError came from :meth:`request_stop` cancelling work we awaited, not from
+        this task itself being cancelled."""
+        task = asyncio.current_task()
+        return self.interrupted is not None and (task is None or not task.cancelling())
+
+    async def _wake_generator(self) -> None:
+        async with self.cond:
+            self.cond.notify_all()
 
     async def _evaluate(self, step: int) -> dict[str, float]:
         assert self.parts.evaluator is not None

@@ -6,7 +6,8 @@ process's GIL and a hung verifier can be killed; async verifiers (``async def sc
 cancellable tasks on the caller's event loop. Every call is isolated: a timeout, an exception or a
 malformed return value gives that verifier a score of 0 and is counted (and the first few logged
 with the row id); it never fails the batch. Only a verifier that keeps failing -- more than
-``max_error_rate`` of its recent calls -- stops the run, with a :class:`RunError`.
+``max_error_rate`` of its recent calls, or timeouts on ``max_consecutive_timeouts`` different
+rows in a row (:mod:`~grpo_run.core.scoring.guards`) -- stops the run, with a :class:`RunError`.
 
 A row is a mapping with ``id``, ``ground_truth`` and ``verifier``: one name, or a list of names
 with ``ground_truth`` a list of the same length (one gold per verifier). Verifiers whose config
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,54 +34,18 @@ import structlog
 
 from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reaches
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
+from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
+from grpo_run.core.scoring.results import ScoredBatch, ScoredCompletion
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
-from grpo_run.core.scoring.workers import CallOutcome, VerifierCall, VerifierSpecs, build_policies
+from grpo_run.core.scoring.worker_process import CANCELLED
+from grpo_run.core.scoring.workers import CallOutcome, Unit, VerifierCall, VerifierSpecs, build_policies
 
 if TYPE_CHECKING:
     from grpo_run.core.config.schema import ScoringSection
 
 logger = structlog.get_logger()
-
-
-@attrs.frozen
-class ScoredCompletion:
-    """The reward of one completion."""
-
-    reward: float
-    """``verification_reward x sum(weight x score)`` over the applicable additive verifiers the
-    row gets, or the ``gate_fail_reward`` of a gate it failed."""
-    max_reward: float
-    """``verification_reward x sum(weight x top of score range)`` over the same additive verifiers."""
-    scores: Mapping[str, float]
-    """Unweighted score of each applicable verifier, gates included (0 for a failed call)."""
-    error: str | None = None
-    """Why some verifier gave no real score (timeout, exception, not enabled); None when all did."""
-    gated: bool = False
-    """A gate failed, so ``reward`` is its ``gate_fail_reward``."""
-
-
-class ScoredBatch(Sequence[ScoredCompletion]):
-    """What one :meth:`RewardScorer.score` call returns: the results, in order, and the
-    statistics of exactly these calls (``metrics()`` reports them as step metrics; ``stats`` can
-    be merged with other calls' into one step's)."""
-
-    __slots__ = ("results", "stats")
-
-    def __init__(self, results: list[ScoredCompletion], stats: ScoringMetrics) -> None:
-        self.results = results
-        self.stats = stats
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self.results[index]
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def metrics(self) -> dict[str, float]:
-        """``verifier/<name>/...`` and ``scoring/...`` metrics of this call (see :class:`ScoringMetrics`)."""
-        return self.stats.report()
 
 
 @attrs.frozen
@@ -107,6 +72,12 @@ class RewardScorer:
     :param max_error_rate: a verifier whose errors and timeouts exceed this share of its last
         ``error_window`` calls (once it has had ``error_min_calls``) makes :meth:`score` raise
         :class:`~grpo_run.core.errors.RunError`; 1.0 (the default here) disables the check.
+    :param max_consecutive_timeouts: a verifier whose calls timed out on this many different rows
+        in a row stops the run at once (see :mod:`~grpo_run.core.scoring.guards`); 0 (the
+        default here) disables the check.
+    :param max_calls_per_worker: replace a worker process after it served this many calls (0: never).
+    :param max_worker_rss_mb: replace a worker process whose resident memory exceeds this after
+        a chunk (0: never) -- what keeps a leaking verifier from eating the machine.
 
     Workers start on the first :meth:`score` (or :meth:`start`). Call :meth:`close` (or, inside
     the event loop, ``await`` :meth:`aclose`) when done. Use one event loop for all calls.
@@ -125,6 +96,9 @@ class RewardScorer:
         max_error_rate: float = 1.0,
         error_window: int = 200,
         error_min_calls: int = 50,
+        max_consecutive_timeouts: int = 0,
+        max_calls_per_worker: int = 0,
+        max_worker_rss_mb: float = 0.0,
     ) -> None:
         if not verifiers:
             raise ValueError("RewardScorer needs at least one enabled verifier")
@@ -143,7 +117,12 @@ class RewardScorer:
         sync_specs = {n: spec for n, spec in self._specs.items() if not self._policies[n].is_async}
         async_specs = {n: spec for n, spec in self._specs.items() if self._policies[n].is_async}
         self._all_rows = [name for name, policy in self._policies.items() if policy.all_rows]
-        self._sync = SyncVerifiers(sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size)
+        self._streak = TimeoutStreak(max_consecutive_timeouts, timeout_s)
+        self._sync = SyncVerifiers(
+            sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size,
+            max_calls_per_worker=max_calls_per_worker, max_worker_rss_mb=max_worker_rss_mb, on_unit=self._heard,
+        )
+        self._streak.on_trip = self._sync.abort
         self.num_workers = self._sync.num_workers
         self.timeout_s = timeout_s
         self.default_verifier = default_verifier
@@ -152,7 +131,7 @@ class RewardScorer:
         self._score_tops = {name: policy.score_range[1] for name, policy in self._policies.items()}
         self._guard = ErrorRateGuard(max_error_rate, error_window, min(error_min_calls, error_window))
         self._logged: dict[str, int] = {}
-        self._async = AsyncVerifiers(async_specs, self._policies, timeout_s)
+        self._async = AsyncVerifiers(async_specs, self._policies, timeout_s, on_unit=self._heard)
         self._closed = False
         logger.info(
             "reward scale",
@@ -180,6 +159,9 @@ class RewardScorer:
             "error_window": scoring.error_window,
             "error_min_calls": scoring.error_min_calls,
             "max_logged_errors": scoring.max_logged_errors,
+            "max_consecutive_timeouts": scoring.max_consecutive_timeouts,
+            "max_calls_per_worker": scoring.max_calls_per_worker,
+            "max_worker_rss_mb": scoring.max_worker_rss_mb,
         }
         kwargs.update(overrides)
         return cls(verifiers, default_verifier=default_verifier, **kwargs)
@@ -209,6 +191,16 @@ class RewardScorer:
         """Process ids of the worker processes alive now (workers start lazily)."""
         return self._sync.worker_pids
 
+    @property
+    def workers_recycled(self) -> int:
+        """Worker processes replaced so far for ``max_calls_per_worker`` / ``max_worker_rss_mb``."""
+        return self._sync.recycled
+
+    def show_warnings_with(self, sink: Callable[[str], None]) -> None:
+        """Also show runtime warnings meant for a person (an async verifier blocking the event
+        loop) through ``sink``, e.g. the run's console; they are always logged."""
+        self._async.warning_sink = sink
+
     def start(self) -> None:
         """Start every worker now (in parallel) instead of on the first :meth:`score`."""
         self._sync.start()
@@ -231,6 +223,7 @@ class RewardScorer:
         """
         if self._closed:
             raise RuntimeError("RewardScorer.score() called after close()")
+        self._streak.check()
         per_row = (("completions", completions), ("finish_reasons", finish_reasons), ("num_tokens", num_tokens))
         for label, values in per_row:
             if values is not None and len(values) != len(rows):
@@ -252,6 +245,7 @@ class RewardScorer:
                 stats.add_row_error()
                 self._log_failure("row cannot be fully scored", None, row, "; ".join(row_errors[i]))
         outcomes = await self._run(calls) if calls else []
+        self._streak.check()
         results = self._combine(rows, planned, outcomes, row_errors, stats)
         gated = sum(r.gated for r in results)
         stats.add_rows(len(results), gated)
@@ -326,6 +320,9 @@ class RewardScorer:
         for plan, outcome in zip(planned, outcomes, strict=True):
             row = rows[plan.row]
             metrics.add(plan.verifier, outcome)
+            if outcome.error == CANCELLED:  # the scorer is stopping: not the verifier's failure
+                row_errors[plan.row].append(f"{plan.verifier}: {outcome.error}")
+                continue
             self._guard.add(plan.verifier, outcome, row.get("id"))
             if outcome.error is not None:
                 row_errors[plan.row].append(f"{plan.verifier}: {outcome.error}")
@@ -365,6 +362,12 @@ class RewardScorer:
         logger.warning(event, verifier=verifier, row_id=row.get("id"), error=error)
 
     # -- execution -----------------------------------------------------------------------------
+
+    def _heard(self, unit: Unit, outcomes: list[CallOutcome]) -> None:
+        """A unit's outcomes are known (called from driver threads too): feed the timeout guard."""
+        for call, outcome in zip(unit, outcomes, strict=True):
+            if outcome.error != CANCELLED:
+                self._streak.record(call.verifier, call.row.get("id"), outcome.timed_out)
 
     async def _run(self, calls: list[VerifierCall]) -> list[CallOutcome]:
         """Outcomes of ``calls`` in order: sync ones in workers, async ones here, concurrently."""

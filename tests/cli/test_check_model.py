@@ -1,0 +1,57 @@
+"""``grpo-run check`` (and training, before anything loads) catch model settings that only fail
+once weights load: a device this torch lacks, a model directory that is not there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from support.runs import write_run
+from support.verifiers import LENGTH_REWARD
+
+from grpo_run.cli.main import main
+
+
+@pytest.fixture
+def cfg(tmp_path: Path, tiny_model_dir: Path) -> Path:
+    return write_run(tmp_path, verifier=LENGTH_REWARD, model={"name_or_path": str(tiny_model_dir)})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch without CUDA")
+@pytest.mark.parametrize("command", ["check", "train"])
+def test_cuda_on_a_cpu_only_torch_is_a_one_line_error(cfg, tmp_path, capsys, command) -> None:
+    assert main([command, str(cfg), "--set", "model.device=cuda"]) == 2
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [
+        f"error: {cfg}: model.device: 'cuda', but this torch ({torch.__version__}) is built without CUDA; "
+        f'use model.device = "cpu", or install a CUDA build of torch'
+    ]
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("/no/such/model", "'/no/such/model': no such directory (registered models: tiny-arithmetic, tiny-random)"),
+        ("./models/tiny-arithmetc", "'./models/tiny-arithmetc': no such directory (registered models: "
+                                    "tiny-arithmetic, tiny-random) (did you mean 'tiny-arithmetic'?)"),
+        ("tiny-arithmetc", "'tiny-arithmetc' is not a registered model, nor a directory (did you mean 'tiny-arithmetic'?)"),
+    ],
+)
+def test_a_missing_model_directory_is_caught_by_check(cfg, capsys, name, message) -> None:
+    assert main(["check", str(cfg), "--set", f"model.name_or_path={name}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {cfg}: model.name_or_path: {message}"]
+
+
+def test_a_directory_without_a_model_and_hub_ids_and_registered_names(cfg, tmp_path, capsys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["check", str(cfg), "--set", f"model.name_or_path={empty}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {cfg}: model.name_or_path: '{empty}' has no config.json; expected a model directory "
+        f"(Hugging Face format, as written by save_pretrained)"
+    ]
+    for fine in ("Qwen/Qwen3-0.6B", "gpt2", "tiny-arithmetic"):  # hub ids are left to loading
+        assert main(["check", str(cfg), "--set", f"model.name_or_path={fine}"]) == 0
