@@ -3,6 +3,9 @@
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plugins                                                list plugins and components
+    grpo-run eval CONFIG.toml --checkpoint DIR                      evaluate a checkpoint
+    grpo-run report RUN_DIR                                         plots + report.html of a run
+    grpo-run serve RUN_DIR [--port N]                               live pipeline page (localhost)
 
 User mistakes print a clear message and exit 2, never a traceback.
 """
@@ -21,8 +24,11 @@ from rich.text import Text
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.cli.score import add_score_parser, run_score_command
+from grpo_run.cli.eval import add_eval_parser, run_eval_command
+from grpo_run.cli.report import add_report_parser, run_report_command
+from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
 
-COMMANDS = ("train", "check", "plugins", "score")
+COMMANDS = ("train", "check", "plugins", "score", "eval", "report", "serve")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                                 "directory (the run directory defaults to the one it belongs to)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
+    add_eval_parser(sub)
+    add_report_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 
@@ -73,9 +82,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "plugins":  # list what loads, and what does not, instead of stopping
         return _print_plugins(build_plugin_host(tolerate_broken=True))
+    if args.command == "report":  # reads a run directory: no plugins needed
+        return run_report_command(args)
+    if args.command == "serve":
+        return run_serve_command(args)
     host = build_plugin_host()
     if args.command == "score":
         return run_score_command(args, host)
+    if args.command == "eval":
+        return run_eval_command(args, host)
     from grpo_run.core.config import load_config
 
     cfg = load_config(args.config, host.registry, args.overrides)
@@ -87,7 +102,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     resumed_run = run_dir_of_checkpoint(find_checkpoint(args.resume)) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
-    train(cfg, host, run_dir, resume_from=args.resume)
+    with live_page(run_dir, cfg.logging.dashboard_port):
+        train(cfg, host, run_dir, resume_from=args.resume)
     return 0
 
 

@@ -23,8 +23,9 @@ import attrs
 
 from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
+from grpo_run.core.loop.pipeline import NoPipeline, PipelineListener
 from grpo_run.core.rollout.packing import SequenceToPack
-from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences
+from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences, group_signal
 from grpo_run.core.runlog import get_logger
 
 _END = None  # queue sentinel
@@ -98,9 +99,12 @@ class TrainingLoop:
     """Runs the stages of one training run; every step's event goes to ``observers``."""
 
     def __init__(
-        self, parts: LoopParts, settings: LoopSettings, observers: Sequence[Observer], start_step: int = 0
+        self, parts: LoopParts, settings: LoopSettings, observers: Sequence[Observer], start_step: int = 0,
+        pipeline: PipelineListener | None = None,
     ) -> None:
         self.parts = parts
+        self.pipeline = pipeline if pipeline is not None else NoPipeline()
+        self._sync_s = 0.0  # engine weight loads since the last step event
         self.settings = settings
         self.observers = list(observers)
         # Resuming at start_step: the learner and the engine already hold that step's weights.
@@ -154,6 +158,8 @@ class TrainingLoop:
             task = asyncio.create_task(self.parts.producer.produce(index), name=f"rollout-{index}")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+            self.pipeline.batch_started(index, self.state.engine_version)
+            task.add_done_callback(lambda _t, i=index: self.pipeline.batch_phase(i, "ready"))
             await out.put(task)
         await out.put(_END)
 
@@ -162,7 +168,9 @@ class TrainingLoop:
         last_step_end = time.perf_counter()
         while (item := await inp.get()) is not _END:
             batch = await item
-            seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version)
+            self.pipeline.batch_phase(batch.index, "training")
+            signal = group_signal(batch, settings.algorithm)
+            seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version, signal=signal)
             metrics.update(batch.scoring_metrics)
             if seqs:
                 metrics.update(await asyncio.to_thread(self.parts.learner.train_step, seqs))
@@ -170,11 +178,15 @@ class TrainingLoop:
                 # Every group had zero reward spread: nothing to learn from; the step still counts.
                 self.log.info("step_skipped_no_signal", step=batch.index)
                 self.parts.learner.skip_step()
+            sync_start = time.perf_counter()
             await self._publish_weights()
+            metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s
+            self._sync_s = 0.0
             step = self.state.version
             generated = sum(len(c.token_ids) for g in batch.groups for c in g.completions)
             now = time.perf_counter()
             metrics["perf/generation_s"] = batch.generation_s
+            metrics["perf/scoring_tail_s"] = batch.scoring_tail_s
             metrics["perf/generation_tokens_per_s"] = generated / max(batch.generation_s, 1e-9)
             metrics["perf/step_s"] = now - last_step_end
             metrics["perf/elapsed_s"] = now - self.state.started
@@ -185,7 +197,8 @@ class TrainingLoop:
                 target = settings.stop_at_eval_accuracy
                 if target and metrics["eval/accuracy"] >= target:
                     self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
-            emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None)))
+            emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None), batch, signal))
+            self.pipeline.batch_done(batch.index)
             self._rollout_states.pop(step, None)
             if self.state.stopping:
                 break
@@ -207,8 +220,11 @@ class TrainingLoop:
         state = self.state
         if state.snapshot is not None and state.engine_version < state.version:
             version, snapshot = state.version, state.snapshot
+            start = time.perf_counter()
             await self.parts.engine.update_weights(snapshot, version)
+            self._sync_s += time.perf_counter() - start
             state.engine_version = max(state.engine_version, version)
+            self.pipeline.engine_synced(state.engine_version)
 
     @property
     def _can_eval(self) -> bool:
