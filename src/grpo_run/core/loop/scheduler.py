@@ -197,8 +197,8 @@ class TrainingLoop:
                 target = settings.stop_at_eval_accuracy
                 if target and metrics["eval/accuracy"] >= target:
                     self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
-            emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None), batch, signal))
             self.pipeline.batch_done(batch.index)
+            emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None), batch, signal))
             self._rollout_states.pop(step, None)
             if self.state.stopping:
                 break

@@ -48,7 +48,7 @@ class MlflowTracker:
         if uri.startswith("file:"):
             os.environ.setdefault(FILE_STORE_OPT_IN, "true")
         self.tracking_uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         experiment = self.client.get_experiment_by_name(config.experiment)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(config.experiment)
         self.experiment_id = experiment_id
