@@ -9,6 +9,7 @@ the browser. The protocol needs neither, and the three calls used here are small
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import shutil
@@ -50,10 +51,15 @@ class Browser:
             [chromium_path(), *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        port = self._devtools_port()
-        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
-        page = next(t for t in targets if t["type"] == "page")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
+        self._stack = contextlib.ExitStack()
+        try:
+            port = self._devtools_port()
+            targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
+            page = next(t for t in targets if t["type"] == "page")
+            self.ws = self._stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+        except BaseException:
+            self.close()
+            raise
         self._ids = itertools.count(1)
 
     def _devtools_port(self) -> int:
@@ -111,7 +117,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._stack.close()
         finally:
             self.proc.terminate()
             try:

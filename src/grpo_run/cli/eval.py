@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import structlog
 
 from grpo_run.core.plugins.host import PluginHost
 
@@ -27,7 +32,8 @@ def run_eval_command(args: argparse.Namespace, host: PluginHost) -> int:
     from grpo_run.core.loop.eval_checkpoint import evaluate_checkpoint
 
     cfg = load_config(args.config, host.registry, args.overrides)
-    result = evaluate_checkpoint(cfg, host, args.checkpoint, Path(args.output_dir) if args.output_dir else None)
+    with _logs_to_stderr():
+        result = evaluate_checkpoint(cfg, host, args.checkpoint, Path(args.output_dir) if args.output_dir else None)
     if args.json:
         print(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step, **result.metrics}))
         return 0
@@ -36,3 +42,20 @@ def run_eval_command(args: argparse.Namespace, host: PluginHost) -> int:
     for key, value in result.metrics.items():
         print(f"  {key:<28} {value:.4f}")
     return 0
+
+
+@contextlib.contextmanager
+def _logs_to_stderr() -> Iterator[None]:
+    """Warnings and errors only, on stderr, while evaluating: the metrics own stdout (``--json``
+    output stays parseable)."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(30),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)

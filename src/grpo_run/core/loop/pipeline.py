@@ -40,6 +40,8 @@ class PipelineListener(Protocol):
 
     def batch_done(self, index: int) -> None: ...
 
+    def weights_published(self, version: int) -> None: ...
+
     def engine_synced(self, version: int) -> None: ...
 
 
@@ -53,6 +55,9 @@ class NoPipeline:
         pass
 
     def batch_done(self, index: int) -> None:
+        pass
+
+    def weights_published(self, version: int) -> None:
         pass
 
     def engine_synced(self, version: int) -> None:
@@ -101,6 +106,11 @@ class PipelineMonitor:
     def batch_done(self, index: int) -> None:
         if self.batches.pop(index, None) is not None:
             self.write()
+
+    def weights_published(self, version: int) -> None:
+        """The learner finished step ``version`` (before that step's evaluation and observers)."""
+        self.learner_version = max(self.learner_version, version)
+        self.write()
 
     def engine_synced(self, version: int) -> None:
         self.engine_version = version

@@ -183,6 +183,8 @@ class TrainingLoop:
             metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s
             self._sync_s = 0.0
             step = self.state.version
+            self.pipeline.batch_done(batch.index)
+            self.pipeline.weights_published(step)
             generated = sum(len(c.token_ids) for g in batch.groups for c in g.completions)
             now = time.perf_counter()
             metrics["perf/generation_s"] = batch.generation_s
@@ -197,7 +199,6 @@ class TrainingLoop:
                 target = settings.stop_at_eval_accuracy
                 if target and metrics["eval/accuracy"] >= target:
                     self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
-            self.pipeline.batch_done(batch.index)
             emit(self.observers, StepEvent(step, metrics, self._rollout_states.pop(step + 1, None), batch, signal))
             self._rollout_states.pop(step, None)
             if self.state.stopping:
