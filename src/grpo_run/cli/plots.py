@@ -68,6 +68,7 @@ def _step_time(m: RunMetrics) -> list[Series]:
         ("scoring (after generation)", *m.series("perf/scoring_tail_s")),
         ("learner", *m.series("perf/learner_s")),
         ("weight sync", *m.series("perf/sync_s")),
+        ("evaluation", *m.series("perf/eval_s")),
         ("step (wall)", *m.series("perf/step_s")),
     ]
 

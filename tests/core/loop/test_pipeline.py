@@ -54,9 +54,13 @@ def test_snapshot_counts_stages_and_staleness_and_the_file_follows(tmp_path: Pat
     assert (snap["step"], snap["engine_version"], snap["status"]) == (1, 1, "running")
     assert snap["last_metrics"] == {"reward/mean": 0.25, "perf/step_s": 3.0}  # curated, finite only
     monitor.batch_done(1)
+    monitor.weights_published(2)
+    monitor.evaluating(True)
+    now = read_pipeline(tmp_path)
+    assert (now["step"], now["evaluating"], now["batches"][0]["staleness"]) == (2, True, 2)
     monitor.on_run_end("interrupted", KeyboardInterrupt())
     final = json.loads((tmp_path / PIPELINE_FILE).read_text())
-    assert final["status"] == "interrupted" and final["batches"] == []
+    assert final["status"] == "interrupted" and final["batches"] == [] and final["evaluating"] is False
     assert sorted(p.name for p in tmp_path.iterdir()) == [PIPELINE_FILE]  # no temporary file left
 
 

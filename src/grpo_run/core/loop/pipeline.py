@@ -44,6 +44,8 @@ class PipelineListener(Protocol):
 
     def engine_synced(self, version: int) -> None: ...
 
+    def evaluating(self, running: bool) -> None: ...
+
 
 class NoPipeline:
     """A listener that ignores everything (tests, loops without a run directory)."""
@@ -61,6 +63,9 @@ class NoPipeline:
         pass
 
     def engine_synced(self, version: int) -> None:
+        pass
+
+    def evaluating(self, running: bool) -> None:
         pass
 
 
@@ -83,6 +88,7 @@ class PipelineMonitor:
         self.batches: dict[int, dict[str, Any]] = {}
         self.last_metrics: dict[str, float] = {}
         self.last_step_at: float | None = None
+        self.evaluation_running = False
         self.write()
 
     # -- the loop's calls -------------------------------------------------------------------
@@ -116,6 +122,11 @@ class PipelineMonitor:
         self.engine_version = version
         self.write()
 
+    def evaluating(self, running: bool) -> None:
+        """An evaluation started or ended (the learner waits for it)."""
+        self.evaluation_running = running
+        self.write()
+
     # -- observer ---------------------------------------------------------------------------
 
     def on_step(self, event: StepEvent) -> None:
@@ -129,6 +140,7 @@ class PipelineMonitor:
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         self.status = status
         self.batches.clear()
+        self.evaluation_running = False
         self.write()
 
     # -- output -----------------------------------------------------------------------------
@@ -145,7 +157,8 @@ class PipelineMonitor:
         return {
             "status": self.status, "updated": now, "started": self.started,
             "step": self.learner_version, "total_steps": self.total_steps, "async_steps": self.async_steps,
-            "engine_version": self.engine_version, "stages": stages, "batches": batches,
+            "engine_version": self.engine_version, "evaluating": self.evaluation_running,
+            "stages": stages, "batches": batches,
             "last_metrics": dict(self.last_metrics), "last_step_at": self.last_step_at,
         }
 

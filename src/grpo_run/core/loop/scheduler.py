@@ -241,7 +241,11 @@ class TrainingLoop:
         assert self.parts.evaluator is not None
         await self._sync_engine()
         start = time.perf_counter()
-        metrics = await self.parts.evaluator.evaluate(step)
+        self.pipeline.evaluating(True)
+        try:
+            metrics = await self.parts.evaluator.evaluate(step)
+        finally:
+            self.pipeline.evaluating(False)
         metrics["perf/eval_s"] = time.perf_counter() - start
         self.state.last_eval_step = step
         return metrics
