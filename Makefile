@@ -51,6 +51,7 @@ bench: setup
 	$(PY) bench/bench_scoring.py
 	$(PY) bench/bench_code.py
 	$(PY) bench/bench_judge.py
+	$(PY) bench/bench_observability.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
