@@ -141,3 +141,14 @@ def png_size(path: Path) -> tuple[int, int]:
 
     with Image.open(path) as img:
         return img.size
+
+
+if __name__ == "__main__":  # python tests/support/browser.py URL OUT.png [SETTLE_S]: a screenshot for the docs
+    import sys
+
+    url, out = sys.argv[1], Path(sys.argv[2])
+    with Browser(timeout_s=120) as browser:
+        browser.open(url)
+        time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)  # let a live page poll and redraw
+        browser.wait_for("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+        print(browser.screenshot(out), [(i["width"], i["height"]) for i in browser.images()])
