@@ -127,7 +127,8 @@ def _one_per_prompt(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
 
 def _table(records: Sequence[Mapping[str, Any]]) -> str:
     e = html.escape
-    head = "<tr><th>prompt</th><th>completion</th><th>ground truth</th><th>reward</th><th>scores</th><th>advantage</th><th>finish</th></tr>"
+    columns = ("prompt", "completion", "ground truth", "reward", "scores", "advantage", "finish")
+    head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
     rows = []
     for r in records:
         adv = r.get("advantage")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import json
 import sys
 import threading
@@ -90,7 +91,7 @@ class DashboardServer:
 
     def page(self) -> bytes:
         template = resources.files("grpo_run.cli").joinpath("dashboard.html").read_text(encoding="utf-8")
-        return (template.replace("__RUN_NAME__", _escape(self.run_dir.name))
+        return (template.replace("__RUN_NAME__", html.escape(self.run_dir.name))
                 .replace("__PLOTS__", json.dumps(list(LIVE_PLOTS)))
                 .replace("__REFRESH_MS__", str(REFRESH_MS)).encode("utf-8"))
 
@@ -159,12 +160,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # no access log on the training console
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 @contextlib.contextmanager

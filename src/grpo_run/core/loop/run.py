@@ -139,7 +139,8 @@ def train(
         if cfg.checkpoint.save_final:
             checkpointer.save_now(state.version)
         status = "completed"
-        last_saved = checkpoints_dir(cfg, run_dir) / f"step_{checkpointer.last_saved}" if checkpointer.last_saved >= 0 else None
+        saved = checkpointer.last_saved
+        last_saved = checkpoints_dir(cfg, run_dir) / f"step_{saved}" if saved >= 0 else None
         progress.summarize(final_summary(run_dir, state.version, state.stop_reason, last.values.get("eval/accuracy"),
                                          last_saved))
         return last.values
