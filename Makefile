@@ -3,15 +3,21 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN_DIR ?= runs/arithmetic
 
-.PHONY: setup setup-heavy sandbox-tools demo test test-heavy test-fast bench clean docs
+.PHONY: setup setup-heavy sandbox-tools browser-tools demo test test-heavy test-fast bench clean docs
 
-setup: $(VENV)/.installed sandbox-tools
+setup: $(VENV)/.installed sandbox-tools browser-tools
 
 # The code verifier runs untrusted programs under Debian's bubblewrap.
 sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "warning: bubblewrap missing; install it with: sudo apt-get install -y bubblewrap"; fi; }
+
+# The report and live-page tests open them in Debian's headless Chromium.
+browser-tools:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "warning: chromium missing (the browser tests will skip); install it with: sudo apt-get install -y chromium"; fi; }
 
 # torch==2.13.0 first: on this machine it resolves to the local CPU wheel (any other spec pulls
 # a multi-GB CUDA build).
@@ -49,6 +55,7 @@ bench: setup
 	$(PY) bench/bench_scoring.py
 	$(PY) bench/bench_code.py
 	$(PY) bench/bench_judge.py
+	$(PY) bench/bench_observability.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

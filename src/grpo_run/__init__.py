@@ -14,12 +14,14 @@ from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.errors import PluginError, RunError, UserError
+from grpo_run.core.loop.trace_records import CompletionTrace
 from grpo_run.core.plugins.abilities import (
     AsyncClosable,
     BatchVerifier,
     CapsBatchSize,
     ChecksRunConfig,
     DeclaresScoreRange,
+    LogsCompletions,
     RefillingSampler,
     RewardFeedbackSampler,
     ShapingConfig,
@@ -72,11 +74,13 @@ __all__ = [
     "CapsBatchSize",
     "ChecksRunConfig",
     "Completion",
+    "CompletionTrace",
     "ConfigIssue",
     "DeclaresScoreRange",
     "EngineContext",
     "GenerationEngine",
     "KLEstimator",
+    "LogsCompletions",
     "Loss",
     "LossInputs",
     "LossOutput",

@@ -75,10 +75,9 @@ def test_user_text_in_messages_is_printed_literally(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_no_key_is_accepted_that_nothing_reads(tmp_path, capsys):
-    # logging.log_rollouts_every was validated but never read; an unread key is now an error.
+def test_a_misspelt_key_is_an_error_with_a_suggestion(tmp_path, capsys):
+    # logging.log_rollouts_every is read now (rollout traces); a near miss is still an error.
     cfg = tmp_path / "c.toml"
-    cfg.write_text(EXAMPLE.read_text() + "\n[logging]\nlog_rollouts_every = 5\n" if "[logging]" not in EXAMPLE.read_text()
-                   else EXAMPLE.read_text().replace("[logging]", "[logging]\nlog_rollouts_every = 5"))
+    cfg.write_text(EXAMPLE.read_text() + "\n[logging]\nlog_rollout_every = 5\n")
     assert main(["check", str(cfg)]) == 2
-    assert "logging.log_rollouts_every: unknown key" in capsys.readouterr().err
+    assert "logging.log_rollout_every: unknown key (did you mean 'log_rollouts_every'?)" in capsys.readouterr().err

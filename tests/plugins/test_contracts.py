@@ -18,6 +18,7 @@ from grpo_run.testing import (
     check_model_source,
     check_sampler,
     check_task,
+    check_tracker,
     check_transform,
     check_verifier,
     sample_rows,
@@ -95,7 +96,7 @@ SAMPLERS = ("active", "mixture", "uniform")
 ENGINES = ("hf",)
 TASKS = ("arithmetic", "reasoning_gym")
 MODELS = ("tiny-arithmetic", "tiny-random")
-TRACKERS: tuple[str, ...] = ()  # none registered: the always-on metrics.jsonl is not a plugin
+TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
            "task": TASKS, "model": MODELS, "tracker": TRACKERS, "transform": TRANSFORMS}
@@ -158,6 +159,12 @@ def test_task_contract(grpo_run_registry) -> None:
     task_cls = grpo_run_registry.get("task", "reasoning_gym")
     config = task_cls.Config(tasks={"chain_sum": 1.0, "basic_arithmetic": 1.0}, size=6, eval_size=2)
     check_task(task_cls, config, enabled_verifiers=grpo_run_registry.names("verifier"))
+
+
+@pytest.mark.parametrize("name", TRACKERS)
+def test_tracker_contract(name: str, grpo_run_registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    check_tracker(grpo_run_registry.get("tracker", name), run_dir=tmp_path)
 
 
 @pytest.mark.parametrize("name", MODELS)

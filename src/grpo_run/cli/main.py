@@ -7,6 +7,9 @@
     grpo-run docs config [--output FILE] [--check [FILE]]           the config reference page
     grpo-run new-plugin KIND NAME [DIR]                             write a plugin package
     grpo-run --version
+    grpo-run eval CONFIG.toml --checkpoint DIR                      evaluate a checkpoint
+    grpo-run report RUN_DIR                                         plots + report.html of a run
+    grpo-run serve RUN_DIR [--port N]                               live pipeline page (localhost)
 
 Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
 
@@ -34,8 +37,11 @@ from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.score import add_score_parser, run_score_command
+from grpo_run.cli.eval import add_eval_parser, run_eval_command
+from grpo_run.cli.report import add_report_parser, run_report_command
+from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
 
-COMMANDS = ("train", "check", "plugins", "score", "docs", "new-plugin")
+COMMANDS = ("train", "check", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                                help="start again in a run directory that holds an earlier run (removes its files)")
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
+    add_eval_parser(sub)
+    add_report_parser(sub)
+    add_serve_parser(sub)
     add_docs_parser(sub)
     add_new_plugin_parser(sub)
     return parser
@@ -129,6 +138,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "plugins":  # list what loads, and what does not, instead of stopping
         return _print_plugins(build_plugin_host(tolerate_broken=True))
+    if args.command == "report":  # reads a run directory: no plugins needed
+        return run_report_command(args)
+    if args.command == "serve":
+        return run_serve_command(args)
     if args.command == "docs":
         return run_docs_command(args)
     if args.command == "new-plugin":
@@ -136,6 +149,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     host = build_plugin_host()
     if args.command == "score":
         return run_score_command(args, host)
+    if args.command == "eval":
+        return run_eval_command(args, host)
     from grpo_run.core.config import load_config
 
     cfg = load_config(args.config, host.registry, args.overrides)
@@ -152,7 +167,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
-    train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite)
+    with live_page(run_dir, cfg.logging.dashboard_port):
+        train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite)
     return 0
 
 

@@ -434,6 +434,27 @@ class LoggingSection:
     """Lowest level written to ``log.jsonl``."""
     progress: bool = True
     """Show the rich progress display (turned off automatically when stdout is not a terminal)."""
+    log_rollouts_every: int = attrs.field(default=0, validator=non_negative)
+    """Write every completion of the batch to ``rollouts/step_<n>.jsonl`` every this many steps,
+    and every evaluation's completions to ``rollouts/eval_<n>.jsonl``; 0 = never."""
+    max_rollout_bytes: int = attrs.field(default=8_000_000, validator=positive)
+    """Size cap of one ``rollouts/*.jsonl`` file; records past it are left out (and counted in
+    ``log.jsonl``)."""
+    dashboard_port: int = attrs.field(default=0, validator=v.and_(v.ge(0), v.le(65535)))
+    """Serve the live pipeline page on ``http://127.0.0.1:<port>/`` during training (the
+    ``grpo-run`` command; localhost only); 0 = off."""
+
+
+@attrs.frozen
+class EvalSection:
+    """Evaluation on the held-out prompts, every ``train.local_eval_every`` steps: greedy accuracy,
+    and pass@k from ``num_samples`` sampled completions per prompt."""
+
+    num_samples: int = attrs.field(default=0, validator=non_negative)
+    """Completions sampled per eval prompt at ``temperature``: logs ``eval/pass@k`` (the unbiased
+    estimator of Chen et al. 2021) for every k from 1 to ``num_samples``; 0 = greedy only."""
+    temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Sampling temperature of the pass@k completions."""
 
 
 @attrs.frozen
@@ -451,6 +472,7 @@ class RunConfig:
     checkpoint: CheckpointSection = attrs.Factory(CheckpointSection)
     scoring: ScoringSection = attrs.Factory(ScoringSection)
     logging: LoggingSection = attrs.Factory(LoggingSection)
+    eval: EvalSection = attrs.Factory(EvalSection)
     loss: PluginSlot = attrs.Factory(lambda: PluginSlot("dapo"))
     kl: KLSlot = attrs.Factory(KLSlot)
     sampler: PluginSlot = attrs.Factory(lambda: PluginSlot("uniform"))

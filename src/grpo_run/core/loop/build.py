@@ -17,6 +17,8 @@ from grpo_run.core.learner.learner import Learner, build_learner
 from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, resolve_device
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
+from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
 from grpo_run.core.plugins.families import ENGINE, KL, LOSS, MODEL, SAMPLER, TRACKER, VERIFIER
 from grpo_run.core.plugins.host import PluginHost
@@ -42,6 +44,8 @@ class RunParts:
     trackers: list[Tracker]
     producer: RolloutProducer
     evaluator: Evaluator | None
+    traces: TraceWriter | None = None
+    """Writes ``rollouts/`` (train traces through the run's observer, eval traces by the evaluator)."""
 
     def loop_parts(self) -> LoopParts:
         return LoopParts(self.producer, self.learner, self.engine, self.evaluator)
@@ -148,11 +152,17 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
     producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout)
-    evaluator = Evaluator(engine, scorer, prompts.eval, r.response_length, r.stop_strings) if prompts.eval else None
+    traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
+                         lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+                         sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
+    evaluator = Evaluator(
+        engine, scorer, prompts.eval, r.response_length, r.stop_strings,
+        num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces,
+    ) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=sum(p.numel() for p in learner.policy.parameters()))
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
-                    producer, evaluator)
+                    producer, evaluator, traces)
 
 
 def seed_everything(seed: int) -> None:

@@ -1,20 +1,38 @@
-"""Greedy evaluation on held-out prompts."""
+"""Evaluation on held-out prompts: greedy accuracy and pass@k from sampled completions."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from grpo_run.core.data.prompts import PromptRow
+from grpo_run.core.loop.trace_records import CompletionTrace
+from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.plugins.contracts import GenerationEngine
-from grpo_run.core.plugins.types import SamplingParams, is_solved
-from grpo_run.core.scoring.scorer import RewardScorer
+from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
+from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator of Chen et al. 2021 ("Evaluating Large Language Models
+    Trained on Code", eq. 1) for one problem: ``1 - C(n - c, k) / C(n, k)`` with ``n`` samples of
+    which ``c`` are correct, computed as a product so that large ``n`` do not overflow."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 class Evaluator:
-    """Greedy completions for every eval prompt, scored by the run's verifiers.
+    """Greedy completions for every eval prompt (and ``num_samples`` sampled ones for pass@k),
+    scored by the run's verifiers.
 
-    ``eval/accuracy`` is the fraction of prompts a completion solved (:func:`grpo_run.is_solved`:
-    its reward reached the most the row can score).
+    ``eval/accuracy`` is the fraction of prompts whose greedy completion solved it
+    (:func:`grpo_run.is_solved`: its reward reached the most the row can score). With
+    ``num_samples = n > 0``, ``eval/pass@k`` for k = 1..n is the mean over prompts of
+    :func:`pass_at_k` of the prompt's ``n`` samples at ``temperature``. Each evaluation's
+    completions go to ``rollouts/eval_<step>.jsonl`` when ``traces`` is enabled.
     """
 
     def __init__(
@@ -24,26 +42,79 @@ class Evaluator:
         rows: Sequence[PromptRow],
         max_new_tokens: int,
         stop_strings: Sequence[str] = (),
+        *,
+        num_samples: int = 0,
+        temperature: float = 1.0,
+        traces: TraceWriter | None = None,
     ) -> None:
         self.engine = engine
         self.scorer = scorer
         self.rows = list(rows)
         self.params = SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True, stop_strings=tuple(stop_strings))
+        self.sampled_params = SamplingParams(n=num_samples, max_new_tokens=max_new_tokens,
+                                             temperature=temperature, stop_strings=tuple(stop_strings))
+        self.num_samples = num_samples
+        self.traces = traces
 
     async def evaluate(self, step: int) -> dict[str, float]:
-        """Metrics under ``eval/`` for the engine's current weights (``step`` is for the caller's records)."""
+        """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
         rows = self.rows
-        generated = await self.engine.generate([list(r.token_ids) for r in rows], self.params)
-        completions = [group[0] for group in generated]
-        scored = await self.scorer.score(
+        greedy = [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+        scored = await self._score(rows, greedy)
+        n = max(1, len(rows))
+        metrics = {
+            "eval/accuracy": sum(is_solved(s.reward, s.max_reward) for s in scored) / n,
+            "eval/reward_mean": sum(s.reward for s in scored) / n,
+            "eval/response_length_mean": sum(len(c.token_ids) for c in greedy) / n,
+            "eval/stop_rate": sum(c.finish_reason == "stop" for c in greedy) / n,
+            "eval/num_prompts": float(len(rows)),
+        }
+        traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True)
+        if self.num_samples:
+            groups = await self.engine.generate([list(r.token_ids) for r in rows], self.sampled_params)
+            flat_rows = [r for r, g in zip(rows, groups) for _ in g]
+            sampled = await self._score(flat_rows, [c for g in groups for c in g])
+            metrics.update(self._pass_at_k(groups, sampled))
+            traces += self._traces(step, rows, groups, sampled, greedy=False)
+        if self.traces is not None and self.traces.enabled:
+            self.traces.write("eval", step, traces)
+        return metrics
+
+    async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
+        return await self.scorer.score(
             rows, [c.text for c in completions], finish_reasons=[c.finish_reason for c in completions],
             num_tokens=[len(c.token_ids) for c in completions],
         )
-        n = max(1, len(rows))
-        return {
-            "eval/accuracy": sum(is_solved(s.reward, s.max_reward) for s in scored) / n,
-            "eval/reward_mean": sum(s.reward for s in scored) / n,
-            "eval/response_length_mean": sum(len(c.token_ids) for c in completions) / n,
-            "eval/stop_rate": sum(c.finish_reason == "stop" for c in completions) / n,
-            "eval/num_prompts": float(len(rows)),
+
+    def _pass_at_k(self, groups: Sequence[Sequence[Completion]], scored: ScoredBatch) -> dict[str, float]:
+        solved = [is_solved(s.reward, s.max_reward) for s in scored]
+        counts, start = [], 0
+        for group in groups:  # per prompt: (samples, correct)
+            counts.append((len(group), sum(solved[start:start + len(group)])))
+            start += len(group)
+        prompts = max(1, len(counts))
+        metrics = {
+            f"eval/pass@{k}": sum(pass_at_k(n, c, k) for n, c in counts) / prompts
+            for k in range(1, self.num_samples + 1)
         }
+        metrics["eval/sampled_reward_mean"] = sum(s.reward for s in scored) / max(1, len(scored))
+        return metrics
+
+    def _traces(self, step: int, rows: Sequence[PromptRow], groups: Sequence[Sequence[Completion]],
+                scored: ScoredBatch, *, greedy: bool) -> list[CompletionTrace]:
+        if self.traces is None or not self.traces.enabled:
+            return []
+        out, flat = [], 0
+        for gi, (row, group) in enumerate(zip(rows, groups)):
+            prompt = self.traces.decode(row.token_ids)
+            for ci, comp in enumerate(group):
+                s = scored[flat]
+                flat += 1
+                out.append(CompletionTrace(
+                    kind="eval", step=step, row_id=str(row.get("id", "")), group=gi, sample=ci, prompt=prompt,
+                    completion=comp.text, ground_truth=row.get("ground_truth"), reward=s.reward,
+                    max_reward=s.max_reward, solved=is_solved(s.reward, s.max_reward), scores=dict(s.scores),
+                    finish_reason=comp.finish_reason, num_tokens=len(comp.token_ids),
+                    policy_version=comp.policy_version, greedy=greedy,
+                ))
+        return out

@@ -18,6 +18,7 @@ import attrs
 from grpo_run.core.loop.progress import RunProgress
 from grpo_run.core.plugins.contracts import Tracker
 from grpo_run.core.plugins.host import PluginHost
+from grpo_run.core.rollout.sequences import GroupSignal, RolloutBatch
 from grpo_run.core.runlog import get_logger
 
 METRICS_FILE = "metrics.jsonl"
@@ -32,6 +33,10 @@ class StepEvent:
     rollout_state: Mapping[str, Any] | None = None
     """The sampler (and engine) state from before batch ``step + 1`` was drawn, when the loop
     snapshotted it; what a checkpoint after this step must hold for an exact resume."""
+    batch: RolloutBatch | None = None
+    """The rollout batch this step trained on (None for step 0)."""
+    signal: GroupSignal | None = None
+    """Its completions' advantages and which groups were kept (None without groups)."""
 
 
 class Observer(Protocol):
@@ -63,14 +68,30 @@ class MetricsFile:
 
 
 class TrackerFanout:
-    """Hands every step's metrics to the enabled tracker plugins."""
+    """Hands every step's metrics to the enabled tracker plugins. A tracker that fails is logged
+    (and its first failure shown through ``warn``), never fatal: a dashboard that is down must
+    not stop training."""
 
-    def __init__(self, trackers: Sequence[Tracker]) -> None:
+    def __init__(self, trackers: Sequence[Tracker], warn: Callable[[str], None] | None = None) -> None:
         self.trackers = list(trackers)
+        self.warn = warn
+        self.failures: dict[str, int] = {}
 
     def on_step(self, event: StepEvent) -> None:
         for tracker in self.trackers:
-            tracker.log(event.step, event.metrics)
+            try:
+                tracker.log(event.step, event.metrics)
+            except Exception as exc:
+                self.failed(tracker, exc)
+
+    def failed(self, tracker: Tracker, exc: Exception) -> None:
+        """Count, log and (the first time) show a tracker's failure."""
+        name = tracker.name
+        error = f"{type(exc).__name__}: {exc}"
+        self.failures[name] = self.failures.get(name, 0) + 1
+        get_logger().warning("tracker_failed", tracker=name, error=error)
+        if self.failures[name] == 1 and self.warn is not None:
+            self.warn(f"tracker {name!r} failed ({error}); training goes on, later failures are only logged")
 
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         for tracker in self.trackers:

@@ -50,10 +50,12 @@ from grpo_run.core.loop.observers import (
     TrackerFanout,
     close_all,
 )
-from grpo_run.core.loop.progress import RunProgress
+from grpo_run.core.loop.pipeline import PipelineMonitor
+from grpo_run.core.loop.progress import RunProgress, final_summary
 from grpo_run.core.loop.rundir import prepare_run_dir
 from grpo_run.core.loop.scheduler import TrainingLoop
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
+from grpo_run.core.loop.traces import RolloutTraces
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.runlog import configure_run_logging, get_logger
 
@@ -103,7 +105,9 @@ def train(
     (run_dir / "config.toml").write_text(dump_config_toml(cfg), encoding="utf-8")
     log_file = configure_run_logging(run_dir, cfg.logging.level)
     log = get_logger()
-    progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress)
+    progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress, temperature=cfg.rollout.temperature,
+                           group_size=cfg.rollout.num_samples_per_prompt_rollout,
+                           max_runtime_s=cfg.train.max_runtime_s)
     progress.message(f"grpo-run: run directory {run_dir}")
     for text in damaged:
         progress.warning(text)
@@ -147,9 +151,16 @@ def train(
                         pusher.saved(dest, step)
 
                 checkpointer = Checkpointer(save, cfg.checkpoint.save_freq, cfg.checkpoint.save_final)
-                observers = [checkpointer, MetricsFile(run_dir), TrackerFanout(parts.trackers), hooks,
-                             ConsoleProgress(progress), last]
-                loop = TrainingLoop(parts.loop_parts(), loop_settings(cfg), observers, start_step=start_step)
+                trackers = TrackerFanout(parts.trackers, warn=progress.warning)
+                pipeline = PipelineMonitor(run_dir, cfg.train.total_steps, cfg.rollout.async_steps, start_step)
+                parts.producer.phase_listener = pipeline.batch_phase
+                observers = [checkpointer, MetricsFile(run_dir), trackers, hooks, ConsoleProgress(progress), last,
+                             pipeline]
+                if parts.traces is not None:
+                    parts.traces.on_sink_error = trackers.failed
+                    observers.insert(2, RolloutTraces(parts.traces))
+                loop = TrainingLoop(parts.loop_parts(), loop_settings(cfg), observers, start_step=start_step,
+                                    pipeline=pipeline)
                 state = asyncio.run(_drive(loop, parts, signals))
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
@@ -162,10 +173,10 @@ def train(
             if cfg.checkpoint.save_final:
                 checkpointer.save_now(state.version)
             status = "completed"
-            progress.message(
-                f"done after {state.version} steps ({state.stop_reason}); "
-                f"eval/accuracy {last.values.get('eval/accuracy', float('nan')):.3f}"
-            )
+            saved = checkpointer.last_saved
+            last_saved = checkpoints_dir(cfg, run_dir) / f"step_{saved}" if saved >= 0 else None
+            progress.summarize(final_summary(run_dir, state.version, state.stop_reason,
+                                             last.values.get("eval/accuracy"), last_saved))
             return last.values
         except RunInterrupted as exc:
             status, error = "interrupted", exc

@@ -29,8 +29,9 @@ import attrs
 
 from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
+from grpo_run.core.loop.pipeline import NoPipeline, PipelineListener
 from grpo_run.core.rollout.packing import SequenceToPack
-from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences
+from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences, group_signal
 from grpo_run.core.runlog import get_logger
 
 _END = None  # queue sentinel
@@ -105,9 +106,12 @@ class TrainingLoop:
     """Runs the stages of one training run; every step's event goes to ``observers``."""
 
     def __init__(
-        self, parts: LoopParts, settings: LoopSettings, observers: Sequence[Observer], start_step: int = 0
+        self, parts: LoopParts, settings: LoopSettings, observers: Sequence[Observer], start_step: int = 0,
+        pipeline: PipelineListener | None = None,
     ) -> None:
         self.parts = parts
+        self.pipeline = pipeline if pipeline is not None else NoPipeline()
+        self._sync_s = 0.0  # engine weight loads since the last step event
         self.settings = settings
         self.observers = list(observers)
         # Resuming at start_step: the learner and the engine already hold that step's weights.
@@ -201,6 +205,8 @@ class TrainingLoop:
             task = asyncio.create_task(self.parts.producer.produce(index), name=f"rollout-{index}")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+            self.pipeline.batch_started(index, self.state.engine_version)
+            task.add_done_callback(lambda _t, i=index: self.pipeline.batch_phase(i, "ready"))
             # Let the task draw its prompts (before its first await) now, so the snapshot taken
             # before the next batch includes this draw even when nothing else yields meanwhile.
             await asyncio.sleep(0)
@@ -219,7 +225,9 @@ class TrainingLoop:
                 raise
             if self.interrupted is not None:
                 break  # not trained yet: drawn again after a resume
-            seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version)
+            self.pipeline.batch_phase(batch.index, "training")
+            signal = group_signal(batch, settings.algorithm)
+            seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version, signal=signal)
             metrics.update(batch.scoring_metrics)
             if seqs:
                 metrics.update(await asyncio.to_thread(self.parts.learner.train_step, seqs))
@@ -227,11 +235,17 @@ class TrainingLoop:
                 # Every group had zero reward spread: nothing to learn from; the step still counts.
                 self.log.info("step_skipped_no_signal", step=batch.index)
                 self.parts.learner.skip_step()
+            sync_start = time.perf_counter()
             await self._publish_weights()
+            metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s
+            self._sync_s = 0.0
             step = self.state.version
+            self.pipeline.batch_done(batch.index)
+            self.pipeline.weights_published(step)
             generated = sum(len(c.token_ids) for g in batch.groups for c in g.completions)
             now = time.perf_counter()
             metrics["perf/generation_s"] = batch.generation_s
+            metrics["perf/scoring_tail_s"] = batch.scoring_tail_s
             metrics["perf/generation_tokens_per_s"] = generated / max(batch.generation_s, 1e-9)
             metrics["perf/step_s"] = now - last_step_end
             metrics["perf/elapsed_s"] = now - self.state.started
@@ -246,7 +260,7 @@ class TrainingLoop:
                         self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
             for drawn in [i for i in self._rollout_states if i <= step]:
                 del self._rollout_states[drawn]
-            emit(self.observers, StepEvent(step, metrics, self._rollout_states.get(step + 1)))
+            emit(self.observers, StepEvent(step, metrics, self._rollout_states.get(step + 1), batch, signal))
             if self.state.stopping:
                 break
         async with self.cond:  # release a generator waiting for a version that will not come
@@ -267,8 +281,11 @@ class TrainingLoop:
         state = self.state
         if state.snapshot is not None and state.engine_version < state.version:
             version, snapshot = state.version, state.snapshot
+            start = time.perf_counter()
             await self.parts.engine.update_weights(snapshot, version)
+            self._sync_s += time.perf_counter() - start
             state.engine_version = max(state.engine_version, version)
+            self.pipeline.engine_synced(state.engine_version)
 
     @property
     def _can_eval(self) -> bool:
@@ -306,7 +323,11 @@ class TrainingLoop:
         assert self.parts.evaluator is not None
         await self._sync_engine()
         start = time.perf_counter()
-        metrics = await self.parts.evaluator.evaluate(step)
+        self.pipeline.evaluating(True)
+        try:
+            metrics = await self.parts.evaluator.evaluate(step)
+        finally:
+            self.pipeline.evaluating(False)
         metrics["perf/eval_s"] = time.perf_counter() - start
         self.state.last_eval_step = step
         return metrics

@@ -19,6 +19,7 @@ from grpo_run.core.plugins.types import Completion, SamplingParams, VerifierResu
 
 if TYPE_CHECKING:
     from grpo_run.core.config.formatting import ConfigIssue
+    from grpo_run.core.loop.trace_records import CompletionTrace
     from grpo_run.core.config.schema import RunConfig
 
 
@@ -158,3 +159,21 @@ class AsyncClosable(Protocol):
     when it closes, on the event loop the verifier ran on."""
 
     async def aclose(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Trackers
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class LogsCompletions(Protocol):
+    """A tracker that shows sample completions as a table (a W&B table, TensorBoard text, an
+    MLflow table artifact).
+
+    Called whenever the run writes a rollout trace (every ``logging.log_rollouts_every`` steps
+    for ``kind = "train"``, at each evaluation for ``kind = "eval"``) with the records written to
+    ``rollouts/<kind>_<step>.jsonl``. A failure is logged, never fatal.
+    """
+
+    def log_completions(self, step: int, kind: str, traces: Sequence[CompletionTrace]) -> None: ...

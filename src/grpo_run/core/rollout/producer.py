@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.plugins.abilities import RefillingSampler, RewardFeedbackSampler, Stateful, StreamingEngine
@@ -26,6 +28,14 @@ from grpo_run.core.scoring.scorer import RewardScorer
 
 MAX_REFILL_ROUNDS = 8
 """Active sampling: draw at most this many extra rounds before training on what there is."""
+
+
+@attrs.define
+class _BatchClock:
+    """Per-batch bookkeeping of one :meth:`RolloutProducer.produce` call (batches overlap)."""
+
+    index: int
+    tail_s: float = 0.0
 
 
 class RolloutProducer:
@@ -48,6 +58,8 @@ class RolloutProducer:
         self.num_prompts = num_prompts
         self.refill = isinstance(sampler, RefillingSampler) and bool(sampler.wants_nonzero_std)
         self.log = get_logger()
+        self.phase_listener: Callable[[int, str], None] | None = None
+        """Told ``(batch index, "generating" | "scoring")`` as a batch moves on (the live page)."""
 
     def rollout_state(self) -> dict[str, Any]:
         """What decides the next rollout batches: the sampler's state and, if it keeps one, the
@@ -67,21 +79,29 @@ class RolloutProducer:
         """Generate and score batch ``index``."""
         start = time.perf_counter()
         stats = ScoringMetrics()
-        groups = await self._round(self.sampler.sample(self.num_prompts), stats)
+        clock = _BatchClock(index)
+        groups = await self._round(self.sampler.sample(self.num_prompts), stats, clock)
         if self.refill:
             groups = [g for g in groups if g.has_spread]
             rounds = 0
             while len(groups) < self.num_prompts and rounds < MAX_REFILL_ROUNDS:
                 rounds += 1
-                more = await self._round(self.sampler.sample(self.num_prompts - len(groups)), stats)
+                more = await self._round(self.sampler.sample(self.num_prompts - len(groups)), stats, clock)
                 groups.extend(g for g in more if g.has_spread)
             if len(groups) < self.num_prompts:
                 self.log.warning("active_sampling_short_batch", step=index, groups=len(groups), rounds=rounds)
-        return RolloutBatch(index, groups, time.perf_counter() - start, stats.report())
+        return RolloutBatch(index, groups, time.perf_counter() - start, stats.report(), clock.tail_s)
 
-    async def _round(self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics) -> list[RolloutGroup]:
+    def _phase(self, clock: _BatchClock, phase: str) -> None:
+        if self.phase_listener is not None:
+            self.phase_listener(clock.index, phase)
+
+    async def _round(
+        self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics, clock: _BatchClock
+    ) -> list[RolloutGroup]:
         prompt_ids = [self.encoder.encode(r) for r in rows]
         tasks: dict[int, asyncio.Task] = {}
+        self._phase(clock, "generating")
         try:
             if isinstance(self.engine, StreamingEngine):
                 async for i, comps in self.engine.generate_stream(prompt_ids, self.params):
@@ -90,12 +110,15 @@ class RolloutProducer:
                 all_comps = await self.engine.generate(prompt_ids, self.params)
                 for i, comps in enumerate(all_comps):
                     tasks[i] = asyncio.create_task(self._score_group(rows[i], prompt_ids[i], comps))
+            generated = time.perf_counter()
+            self._phase(clock, "scoring")
             # Prompt order, whatever order the groups finished in.
             groups = []
             for i in sorted(tasks):
                 group, group_stats = await tasks[i]
                 stats.merge(group_stats)
                 groups.append(group)
+            clock.tail_s += time.perf_counter() - generated
             return groups
         except BaseException:
             for task in tasks.values():

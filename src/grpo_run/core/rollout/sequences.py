@@ -42,17 +42,44 @@ class RolloutBatch:
     groups: list[RolloutGroup]
     generation_s: float
     scoring_metrics: dict[str, float]
+    scoring_tail_s: float = 0.0
+    """Of ``generation_s``, the time after the engine finished that was spent waiting for the
+    last groups to be scored (scoring that overlapped generation is not in it)."""
 
 
-def build_sequences(
-    batch: RolloutBatch, alg: AlgorithmSection, *, learner_version: int
-) -> tuple[list[SequenceToPack], dict[str, float]]:
-    """Advantages per group, zero-std filtering, masking; returns sequences and metrics."""
-    if not batch.groups:  # active sampling found no group with a reward spread
-        return [], {"rollout/real_batch_size_ratio": 0.0, "rollout/sequences_trained": 0.0}
+@attrs.frozen
+class GroupSignal:
+    """What a batch's rewards say to the learner: each completion's advantage and which groups
+    are kept (the others were dropped for zero reward spread)."""
+
+    advantages: torch.Tensor
+    """``[groups, G]`` float64."""
+    keep: torch.Tensor
+    """``[groups]`` bool."""
+
+
+def group_signal(batch: RolloutBatch, alg: AlgorithmSection) -> GroupSignal | None:
+    """Advantages per group and the zero-std filter; None for a batch without groups."""
+    if not batch.groups:
+        return None
     rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
     advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps, std=alg.advantage_std)
     keep = nonzero_std_mask(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)
+    return GroupSignal(advantages, keep)
+
+
+def build_sequences(
+    batch: RolloutBatch, alg: AlgorithmSection, *, learner_version: int, signal: GroupSignal | None = None
+) -> tuple[list[SequenceToPack], dict[str, float]]:
+    """Advantages per group, zero-std filtering, masking; returns sequences and metrics.
+
+    ``signal``: the batch's :func:`group_signal`, when the caller computed it already."""
+    if not batch.groups:  # active sampling found no group with a reward spread
+        return [], {"rollout/real_batch_size_ratio": 0.0, "rollout/sequences_trained": 0.0}
+    rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
+    signal = signal if signal is not None else group_signal(batch, alg)
+    assert signal is not None
+    advantages, keep = signal.advantages, signal.keep
     seqs: list[SequenceToPack] = []
     all_completions = [c for g in batch.groups for c in g.completions]
     for gi, group in enumerate(batch.groups):

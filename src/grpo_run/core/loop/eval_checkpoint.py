@@ -1,0 +1,113 @@
+"""Evaluating a saved checkpoint without training (``grpo-run eval CONFIG --checkpoint DIR``):
+the run's eval prompts, verifiers, engine and ``[eval]`` settings, the checkpoint's weights."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import attrs
+
+from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.data.prompts import PromptEncoder
+from grpo_run.core.data.sources import load_rows
+from grpo_run.core.errors import UserError
+from grpo_run.core.learner.spec import resolve_device
+from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
+from grpo_run.core.loop.evaluation import Evaluator
+from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.plugins.families import ENGINE, VERIFIER
+from grpo_run.core.plugins.host import PluginHost
+from grpo_run.core.plugins.types import EngineContext
+from grpo_run.core.scoring.scorer import RewardScorer
+
+EVAL_METRICS_FILE = "eval_metrics.json"
+
+
+@attrs.frozen
+class CheckpointEval:
+    checkpoint: Path
+    step: int | None
+    """The training step the checkpoint was saved after, when it records one."""
+    metrics: dict[str, float]
+
+
+def model_dir_of(path: str | Path) -> Path:
+    """A directory with a Hugging Face model (``config.json``) is used as it is; a run or
+    checkpoints directory gives its newest ``step_<n>`` checkpoint."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    if path.is_dir() and ((path / "checkpoints").is_dir() or any(path.glob(f"step_*/{TRAINER_STATE}"))):
+        try:
+            return find_checkpoint(path)
+        except UserError:
+            pass
+    raise UserError(f"--checkpoint {path}: not a model directory (no config.json) and no step_<n> checkpoint under it")
+
+
+def saved_step(checkpoint: Path) -> int | None:
+    info = checkpoint / "grpo_run.json"
+    try:
+        return int(json.loads(info.read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def evaluate_checkpoint(
+    cfg: RunConfig, host: PluginHost, checkpoint: str | Path, output_dir: Path | None = None
+) -> CheckpointEval:
+    """Greedy accuracy (and pass@k with ``eval.num_samples``) of ``checkpoint`` on the config's
+    eval prompts. With ``output_dir``: writes ``eval_metrics.json`` there, and the completions to
+    ``rollouts/eval_<step>.jsonl`` under it."""
+    from transformers import AutoTokenizer
+
+    model_dir = model_dir_of(checkpoint)
+    step = saved_step(model_dir)
+    registry = host.registry
+    rows = load_rows(cfg, registry)
+    if not rows.eval:
+        raise UserError(f"{cfg.run.name}: no eval rows: add [[data.eval]] sources (a [task] has its own)")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length, cfg.data.apply_chat_template)
+    prompts, _dropped = encoder.tokenise(rows.eval)
+    if not prompts:
+        raise UserError(f"every eval prompt is longer than data.max_prompt_token_length={cfg.data.max_prompt_token_length}")
+    import torch
+
+    engine = registry.get(ENGINE, cfg.engine.name)(
+        cfg.engine.config,
+        EngineContext(model_path=str(model_dir), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
+                      device=resolve_device(cfg.model.device), seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
+    )
+    scorer = RewardScorer.from_config(
+        cfg.scoring,
+        verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
+    )
+    traces = None
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
+        traces = TraceWriter(output_dir, 1, cfg.logging.max_rollout_bytes, decode)
+    r = cfg.rollout
+    evaluator = Evaluator(engine, scorer, prompts, r.response_length, r.stop_strings,
+                          num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces)
+    try:
+        metrics = asyncio.run(_evaluate(evaluator, scorer, step or 0))
+    finally:
+        scorer.close()
+        engine.close()
+    if output_dir is not None:
+        record = {"checkpoint": str(model_dir), "step": step, **metrics}
+        (output_dir / EVAL_METRICS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return CheckpointEval(model_dir, step, metrics)
+
+
+async def _evaluate(evaluator: Evaluator, scorer: RewardScorer, step: int) -> dict[str, float]:
+    try:
+        return await evaluator.evaluate(step)
+    finally:
+        await scorer.aclose()

@@ -1,0 +1,63 @@
+"""``grpo-run eval CONFIG --checkpoint DIR``: a saved checkpoint scores exactly what the training
+run's own evaluation after that step scored (greedy decoding is deterministic), pass@k from the
+config's ``[eval]``, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.observed import OVERRIDES, observed_run
+from support.paths import EXAMPLES
+
+from grpo_run.cli.main import main
+from grpo_run.core.loop.evaluation import pass_at_k
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return observed_run(tmp_path_factory)
+
+
+def _sets() -> list[str]:
+    return [arg for item in OVERRIDES for arg in ("--set", item)]
+
+
+def test_a_checkpoint_scores_what_training_measured_after_its_step(run: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "eval"
+    assert main(["eval", str(EXAMPLES / "arithmetic.toml"), "--checkpoint", str(run / "checkpoints" / "step_2"),
+                 "--output-dir", str(out), "--json", *_sets()]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    trained = {json.loads(line)["step"]: json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()}
+    assert printed["step"] == 2 and printed["checkpoint"] == str(run / "checkpoints" / "step_2")
+    assert printed["eval/accuracy"] == trained[2]["eval/accuracy"]
+    assert printed["eval/response_length_mean"] == trained[2]["eval/response_length_mean"]
+    assert sorted(k for k in printed if k.startswith("eval/pass@")) == [f"eval/pass@{k}" for k in range(1, 5)]
+    assert json.loads((out / "eval_metrics.json").read_text()) == printed
+    traces = [json.loads(line) for line in (out / "rollouts" / "eval_2.jsonl").read_text().splitlines()]
+    greedy = [t for t in traces if t["greedy"]]
+    assert sum(t["solved"] for t in greedy) / len(greedy) == pytest.approx(printed["eval/accuracy"], abs=1e-12)
+    correct: dict[int, int] = {}
+    for t in traces:
+        if not t["greedy"]:
+            correct[t["group"]] = correct.get(t["group"], 0) + t["solved"]
+    assert printed["eval/pass@2"] == pytest.approx(sum(pass_at_k(4, c, 2) for c in correct.values()) / len(correct), abs=1e-12)
+
+
+def test_a_run_directory_means_its_newest_checkpoint(run: Path, capsys) -> None:
+    assert main(["eval", str(EXAMPLES / "arithmetic.toml"), "--checkpoint", str(run), *_sets(),
+                 "--set", "eval.num_samples=0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{run / 'checkpoints' / 'step_3'} (step 3)"
+    trained = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert out[1].split() == ["eval/accuracy", f"{trained['eval/accuracy']:.4f}"]
+    assert not any("pass@" in line for line in out)
+
+
+def test_a_path_without_a_model_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    assert main(["eval", str(EXAMPLES / "arithmetic.toml"), "--checkpoint", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--checkpoint {tmp_path}: not a model directory (no config.json) and no step_<n> checkpoint under it" in err
+    assert "Traceback" not in err
