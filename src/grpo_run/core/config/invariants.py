@@ -19,6 +19,7 @@ from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
 from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.registry import did_you_mean
 from grpo_run.core.plugins.types import VerifierConfig
+from grpo_run.core.placement.rules import PLACEMENT_RULES
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
 
@@ -265,6 +266,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     kl_penalty_needs_reference,
     engine_logprobs_exclude_mismatch_correction,
     checkpoint_dir_needs_saving,
+    *PLACEMENT_RULES,
     component_rules,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL

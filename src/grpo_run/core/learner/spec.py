@@ -93,7 +93,7 @@ class LearnerSpec:
 
 def build_learner(spec: LearnerSpec, **kwargs: Any) -> Any:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
-    (``world_size``, ``reduce_sum`` for data-parallel learners)."""
+    (``strategy`` for a data-parallel rank)."""
     from grpo_run.core.learner.learner import Learner
 
     model = spec.model

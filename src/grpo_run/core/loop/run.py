@@ -107,7 +107,7 @@ def train(
     try:
         parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
         if trainer_state is not None:
-            _restore(parts, trainer_state)
+            _restore(parts, trainer_state, checkpoint)
             progress.message(f"resumed from {checkpoint} at step {start_step}")
             log.info("resumed", checkpoint=str(checkpoint), step=start_step)
         if parts.prompts.dropped:
@@ -172,7 +172,7 @@ def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = 
     rollout_state = dict(rollout_state) if rollout_state is not None else parts.producer.rollout_state()
     save_checkpoint(
         dest,
-        parts.learner.policy,
+        parts.learner,  # writes the full policy (gathered) and the strategy's own files
         parts.tokenizer,
         trainer_state={
             "learner": parts.learner.state_dict(),
@@ -185,11 +185,11 @@ def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = 
     get_logger().info("checkpoint_saved", step=step, path=str(dest))
 
 
-def _restore(parts: RunParts, state: Mapping[str, Any]) -> None:
+def _restore(parts: RunParts, state: Mapping[str, Any], checkpoint: Path) -> None:
     """Put a freshly built run into the state saved in a checkpoint (the policy weights were
     already loaded from it by ``build_run``)."""
     step = int(state["step"])
-    parts.learner.load_state_dict(state["learner"])
+    parts.learner.load_state_dict(state["learner"], checkpoint)
     parts.producer.load_rollout_state(state)
     # The engine starts from model.name_or_path: give it the checkpoint's weights and version.
     asyncio.run(parts.engine.update_weights(parts.learner.weights_snapshot(), step))
