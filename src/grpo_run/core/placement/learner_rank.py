@@ -8,6 +8,7 @@ the others answer ``None``.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import logging
 import os
@@ -98,12 +99,16 @@ class LearnerRank:
 
     def state_dict(self) -> dict[str, Any] | None:
         state = self.learner.state_dict()  # collective for fsdp2
-        return state if self.setup.rank == 0 else None
+        # A copy: sent through a local pipe, a tensor's storage is *shared* with the receiver, and
+        # the live optimizer state keeps changing.
+        return copy.deepcopy(state) if self.setup.rank == 0 else None
 
     def load_state_dict(self, state: Mapping[str, Any], checkpoint: str) -> None:
         """Every rank gets the checkpoint's learner state (schedule, steps, replicated optimizer
         state; fsdp2 takes rank 0's optimizer state and scatters it) and reads its strategy's files."""
-        self.learner.load_state_dict(state)
+        # A private copy: tensors from a local pipe share storage with every other rank's copy,
+        # and the optimizer adopts state tensors as they are.
+        self.learner.load_state_dict(copy.deepcopy(dict(state)))
         self.learner.strategy.load_files(Path(checkpoint) / LEARNER_STATE_DIR)
 
     def save(self, directory: str) -> None:
