@@ -127,12 +127,17 @@ class RankedLearnerGroup:
         self._receive_weights = receive_weights
         self.steps = 0
         self.num_parameters = 0
+        self.where: list[tuple[int, str]] = []
+        """``(pid, host)`` of each rank, once started."""
         self._broken: str | None = None
 
-    def start(self) -> None:
-        """Wait for every rank to join the process group and build its learner."""
-        infos = self._call_all("start", step_label="start-up")
+    def start(self, init_method: str | None = None, *, timeout_s: float | None = None, hint: str = "") -> None:
+        """Wait for every rank to join the process group (at ``init_method``, default each rank's
+        setup) and build its learner; ranks not started within ``timeout_s`` fail the run (with
+        ``hint`` saying why that may be)."""
+        infos = self._call_all("start", init_method, step_label="start-up", timeout_s=timeout_s, hint=hint)
         self.num_parameters = int(infos[0]["parameters"])
+        self.where = [(i["pid"], i["host"]) for i in infos]
         get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host")} for i in infos])
 
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]:
@@ -168,11 +173,19 @@ class RankedLearnerGroup:
 
     # -- fan-out ---------------------------------------------------------------------------
 
-    def _call_all(self, method: str, *args: Any, step_label: str) -> list[Any]:
+    def _call_all(
+        self, method: str, *args: Any, step_label: str, timeout_s: float | None = None, hint: str = ""
+    ) -> list[Any]:
         if self._broken is not None:
             raise RunError(f"the learner group is unusable: {self._broken}")
         futures = [worker.submit(method, *args) for worker in self.workers]
-        wait(futures, return_when=FIRST_EXCEPTION)
+        _, waiting = wait(futures, timeout=timeout_s, return_when=FIRST_EXCEPTION)
+        if waiting and not any(f.done() and f.exception() is not None for f in futures):
+            for worker in self.workers:
+                worker.kill()
+            late = ", ".join(w.describe() for w, f in zip(self.workers, futures) if not f.done())
+            self._broken = f"{late} did not finish {method} ({step_label}) within {timeout_s:g} s"
+            raise RunError(f"learner {self._broken}{'; ' + hint if hint else ''}")
         failed = [(w, f.exception()) for w, f in zip(self.workers, futures) if f.done() and f.exception() is not None]
         if failed:
             # A rank that dies makes its peers' collectives fail too: give the news of the death
@@ -187,10 +200,14 @@ class RankedLearnerGroup:
         """Stop every rank (the others may wait for this one in a collective) and raise."""
         for other in self.workers:
             other.kill()
+        where = ""
+        if self.where:  # "pid N on host": say what the worker's own description lacks
+            pid, host = self.where[self.workers.index(worker)]
+            where = f" on {host}" if f"pid {pid}" in worker.describe() else f" (pid {pid} on {host})"
         if isinstance(error, WorkerDied):
-            self._broken = f"{worker.describe()} died during {method} ({step_label})"
+            self._broken = f"{worker.describe()}{where} died during {method} ({step_label})"
             raise RunError(f"learner {self._broken}; the run stops (checkpoints written before are intact)")
-        self._broken = f"{worker.describe()} failed during {method} ({step_label})"
+        self._broken = f"{worker.describe()}{where} failed during {method} ({step_label})"
         get_logger().error("learner_rank_failed", worker=worker.describe(), method=method, step=step_label,
                            error=f"{type(error).__name__}: {error}", notes=getattr(error, "__notes__", None))
         if isinstance(error, UserError):

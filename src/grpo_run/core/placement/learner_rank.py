@@ -40,8 +40,8 @@ class RankSetup:
     learner: LearnerSection
     rank: int
     world_size: int
-    init_method: str
-    """``tcp://host:port`` of rank 0's rendezvous."""
+    init_method: str = ""
+    """``tcp://host:port`` of rank 0's rendezvous (or given to :meth:`LearnerRank.start`)."""
     local_rank: int = 0
     """Which of the node's GPUs this rank uses (Ray gives each actor its own: 0 there)."""
     threads: int = 1
@@ -58,7 +58,8 @@ class LearnerRank:
         self.ship_weights = ship_weights
         self.learner: Any = None
 
-    def start(self) -> dict[str, Any]:
+    def start(self, init_method: str | None = None) -> dict[str, Any]:
+        """Join the process group (at ``init_method``, default the setup's) and build the learner."""
         s = self.setup
         os.environ["OMP_NUM_THREADS"] = str(s.threads)
         torch.set_num_threads(s.threads)
@@ -72,7 +73,7 @@ class LearnerRank:
         # DeepSpeed reads the usual launcher variables.
         os.environ.update(RANK=str(s.rank), WORLD_SIZE=str(s.world_size), LOCAL_RANK=str(s.local_rank))
         dist.init_process_group(
-            backend, init_method=s.init_method, rank=s.rank, world_size=s.world_size,
+            backend, init_method=init_method or s.init_method, rank=s.rank, world_size=s.world_size,
             timeout=datetime.timedelta(seconds=s.learner.collective_timeout_s),
         )
         spec = attrs.evolve(s.spec, model=attrs.evolve(s.spec.model, device=str(device)))

@@ -59,8 +59,8 @@ def start_local_ranks(spec: LearnerSpec, learner: LearnerSection, seed: int) -> 
     return group
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for a rendezvous on this host)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on at ``host`` right now (for a rendezvous there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
