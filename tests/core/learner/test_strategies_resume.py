@@ -97,7 +97,7 @@ def test_a_killed_rank_fails_the_next_step_naming_rank_and_step(model_dir) -> No
         victim = group.workers[1]
         os.kill(victim.pid, signal.SIGKILL)
         start = time.monotonic()
-        with pytest.raises(RunError, match=rf"learner rank 1 \(pid {victim.pid}, killed by SIGKILL\) on \S+ died during train_step \(step 2\)"):
+        with pytest.raises(RunError, match=rf"learner rank 1 \(pid {victim.pid}, killed by SIGKILL\) died during train_step \(step 2\)"):
             group.train_step(rollout_batches()[1])
         assert time.monotonic() - start < 10
         with pytest.raises(RunError, match="the learner group is unusable"):

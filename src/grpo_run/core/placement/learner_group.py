@@ -185,7 +185,7 @@ class RankedLearnerGroup:
                 worker.kill()
             late = ", ".join(w.describe() for w, f in zip(self.workers, futures) if not f.done())
             self._broken = f"{late} did not finish {method} ({step_label}) within {timeout_s:g} s"
-            raise RunError(f"learner {self._broken}{'; ' + hint if hint else ''}")
+            raise RunError(f"{self._broken}{'; ' + hint if hint else ''}")
         failed = [(w, f.exception()) for w, f in zip(self.workers, futures) if f.done() and f.exception() is not None]
         if failed:
             # A rank that dies makes its peers' collectives fail too: give the news of the death
@@ -203,13 +203,13 @@ class RankedLearnerGroup:
         where = ""
         if self.where:  # "pid N on host": say what the worker's own description lacks
             pid, host = self.where[self.workers.index(worker)]
-            where = f" on {host}" if f"pid {pid}" in worker.describe() else f" (pid {pid} on {host})"
+            where = "" if f"pid {pid}" in worker.describe() else f" (pid {pid} on {host})"
         if isinstance(error, WorkerDied):
             self._broken = f"{worker.describe()}{where} died during {method} ({step_label})"
-            raise RunError(f"learner {self._broken}; the run stops (checkpoints written before are intact)")
+            raise RunError(f"{self._broken}; the run stops (checkpoints written before are intact)")
         self._broken = f"{worker.describe()}{where} failed during {method} ({step_label})"
         get_logger().error("learner_rank_failed", worker=worker.describe(), method=method, step=step_label,
                            error=f"{type(error).__name__}: {error}", notes=getattr(error, "__notes__", None))
         if isinstance(error, UserError):
             raise error
-        raise RunError(f"learner {self._broken}: {type(error).__name__}: {error}") from error
+        raise RunError(f"{self._broken}: {type(error).__name__}: {error}") from error

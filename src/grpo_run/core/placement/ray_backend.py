@@ -144,6 +144,8 @@ class RayPlacement:
             for i, ctx in enumerate(engine_contexts(context, num_engines))
         ]
         wheres = self._running(actors, "engine")
+        get_logger().info("engines_started", engines=[{"engine": i, "pid": w["pid"], "host": w["host"]}
+                                                      for i, w in enumerate(wheres)])
         return EnginePool([remote_engine(f"engine {i}", cls, a, w) for i, (a, w) in enumerate(zip(actors, wheres))])
 
     def close(self) -> None:
