@@ -37,7 +37,14 @@ test: setup
 
 # The real engines (vLLM on CPU, DeepSpeed over gloo, a local Ray instance): their own setup, and
 # the tests marked `heavy`. `.ci/run` runs `make test` and then this.
-setup-heavy: setup
+setup-heavy: setup $(VENV)/.installed-distributed
+
+# DeepSpeed (ZeRO learners over gloo) and Ray (actor placement). No build isolation: DeepSpeed's
+# setup imports the installed CPU torch instead of resolving another one.
+$(VENV)/.installed-distributed: pyproject.toml
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[deepspeed,ray]'
+	$(PY) -c "import torch, deepspeed, ray; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
 
 test-heavy: setup-heavy
 	$(PY) -m pytest -q -ra -m heavy || [ $$? -eq 5 ]  # 5: no heavy test collected

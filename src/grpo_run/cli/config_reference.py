@@ -91,17 +91,30 @@ def _slot_section(f: attrs.Attribute, fam: Family, shipped: bool, distribution: 
              f"The {fam.key} component: `name` chooses it"
              + (f" (default `{toml_value(default)}`)" if default else " (no default: the table is optional)")
              + f"; every other key is an option of that component ({see}).\n"]
-    if f.name == "kl":
-        lines.append("Besides `name`, these keys of `[kl]` belong to the core:\n")
-        lines.append(_table(KLSlot, skip=("name", "config")))
+    slot_cls = _slot_class(typing.get_type_hints(RunConfig)[f.name])
+    if slot_cls is not None and any(g.name not in ("name", "config") for g in attrs.fields(slot_cls)):
+        lines.append(f"Besides `name`, these keys of `[{f.name}]` belong to the core:\n")
+        lines.append(_table(slot_cls, skip=("name", "config")))
     return "\n".join(lines)
+
+
+def _is_slot(tp: Any) -> bool:
+    """A plugin slot's class: the chosen component's name and config, plus core keys of its table."""
+    return tp is KLSlot or (isinstance(tp, type) and issubclass(tp, PluginSlot))
+
+
+def _slot_class(tp: Any) -> type | None:
+    for arm in (tp, *typing.get_args(tp)):
+        if _is_slot(arm):
+            return arm
+    return None
 
 
 def _slot_default(f: attrs.Attribute) -> str | None:
     default = f.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         default = default.factory()
-    return default.name if isinstance(default, (PluginSlot, KLSlot)) else None
+    return default.name if _is_slot(type(default)) else None
 
 
 # -- components ----------------------------------------------------------------------------------
@@ -219,11 +232,11 @@ def default_text(f: attrs.Attribute, tp: Any) -> str:
 
 def _attrs_class(tp: Any) -> type | None:
     """The attrs class of a section field (``X`` or ``X | None``), ``None`` for anything else."""
-    if attrs.has(tp) and tp not in (PluginSlot, KLSlot):
+    if attrs.has(tp) and not _is_slot(tp):
         return tp
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         for arm in typing.get_args(tp):
-            if attrs.has(arm) and arm not in (PluginSlot, KLSlot):
+            if attrs.has(arm) and not _is_slot(arm):
                 return arm
     return None
 

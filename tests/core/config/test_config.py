@@ -15,6 +15,7 @@ from grpo_run.core.config import (
     ConfigError,
     ConfigIssue,
     KLSlot,
+    EngineSlot,
     PluginSlot,
     apply_overrides,
     config_to_dict,
@@ -190,7 +191,7 @@ def test_absent_slots_take_schema_defaults_with_plugin_config_defaults(registry:
     assert cfg.loss == PluginSlot("dapo", DapoLoss.Config())
     assert cfg.kl == KLSlot("k3", 0.0, NoConfig())
     assert cfg.sampler == PluginSlot("uniform", NoConfig())
-    assert cfg.engine == PluginSlot("hf", HFEngine.Config())
+    assert cfg.engine == EngineSlot("hf", HFEngine.Config(), num_engines=1)
     # A slot table without `name` configures the default component.
     assert parse_config(with_(loss={"clip_higher": 0.3}), registry).loss == PluginSlot(
         "dapo", DapoLoss.Config(clip_higher=0.3)
@@ -572,7 +573,7 @@ def test_config_to_dict_writes_plugin_slots_with_all_fields(registry: ComponentR
         "alpha": 0.6,
     }
     assert out["task"] == {"name": "arithmetic", "num_digits": 2, "operators": ["+", "-"], "difficulty": "easy"}
-    assert out["engine"] == {"name": "hf"}  # batch_size is None: omitted
+    assert out["engine"] == {"name": "hf", "num_engines": 1}  # batch_size is None: omitted
     assert out["verifiers"] == {"math": {"weight": 1.0, "strict": False}}
     assert "revision" not in out["model"]
 

@@ -120,3 +120,15 @@ def test_unknown_target_module_is_a_user_error(tiny_model_dir) -> None:
     spec = attrs.evolve(spec, model=ModelSpec(path=str(tiny_model_dir), lora=LoraSection(target_modules=("qkv_fused",))))
     with pytest.raises(UserError, match=r"^model\.lora: .*qkv_fused"):
         build_learner(spec)
+
+
+def test_lora_with_several_learner_ranks_is_a_config_error(plugin_host) -> None:
+    from grpo_run.core.config import ConfigError, parse_config
+
+    data = {"task": {"name": "arithmetic"}, "verifiers": {"math": {}}, "model": {"lora": {"r": 4}},
+            "learner": {"num_learners": 2}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, plugin_host.registry, "run.toml")
+    assert [(i.path, i.message.split(",")[0]) for i in err.value.issues] == [
+        ("learner.num_learners", "is 2")
+    ]

@@ -95,11 +95,12 @@ def with_key(exc: Exception, key: str | int) -> Exception:
 
 
 def unknown_key_error(key: str, allowed: Collection[str]) -> UnknownKeyError:
-    """``unknown key (did you mean 'temperature'?)``, placed under ``key``; without a close
-    spelling, where a peer framework's key or a key of another table lives in grpo-run."""
+    """``unknown key (grpo-run calls it optim.lr)`` when ``key`` is a peer framework's name or a key
+    of another table, else ``unknown key (did you mean 'temperature'?)``; placed under ``key``."""
     from grpo_run.core.config.peer_names import unknown_key_hint
 
-    exc = UnknownKeyError(f"unknown key{did_you_mean(key, sorted(allowed)) or unknown_key_hint(key)}")
+    # What grpo-run knows a key to mean (a peer's name, another table's key) beats a close spelling.
+    exc = UnknownKeyError(f"unknown key{unknown_key_hint(key) or did_you_mean(key, sorted(allowed))}")
     with_key(exc, key)
     return exc
 

@@ -19,6 +19,7 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
 from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.types import VerifierConfig
+from grpo_run.core.placement.rules import PLACEMENT_RULES
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
 
@@ -164,6 +165,20 @@ def lora_reference_is_the_base_model(cfg: RunConfig) -> list[ConfigIssue]:
     ]
 
 
+def lora_trains_in_one_process(cfg: RunConfig) -> list[ConfigIssue]:
+    """LoRA's merged weights, adapter checkpoints and adapter-off reference are built for one
+    learner process; several ranks would each hold a peft model that no strategy shards yet."""
+    if cfg.model.lora is None or cfg.learner.num_learners == 1:
+        return []
+    return [
+        ConfigIssue(
+            "learner.num_learners",
+            f"is {cfg.learner.num_learners}, but [model.lora] trains in one learner process for now: "
+            "set learner.num_learners = 1 (or drop [model.lora] for data-parallel full fine-tuning)",
+        )
+    ]
+
+
 def component_rules(cfg: RunConfig) -> list[ConfigIssue]:
     """Rules a component contributes through its ``Config`` (:class:`~grpo_run.ChecksRunConfig`):
     the chosen loss, KL estimator, sampler, engine and task, and every enabled verifier and
@@ -208,6 +223,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     engine_logprobs_exclude_mismatch_correction,
     checkpoint_dir_needs_saving,
     lora_reference_is_the_base_model,
+    lora_trains_in_one_process,
+    *PLACEMENT_RULES,
     component_rules,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL

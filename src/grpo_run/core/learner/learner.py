@@ -22,28 +22,36 @@ from __future__ import annotations
 import time
 import warnings
 from contextlib import nullcontext
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.entropy import KeepLogits, token_entropy
-from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
+from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights
 from grpo_run.core.learner.schedule import lr_lambda
-from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, split_mini_batches
+from grpo_run.core.learner.strategies.base import Strategy
+from grpo_run.core.learner.strategies.sharding import is_idle
+from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack
+
+
+_IDLE_METRICS = ("loss/policy", "loss/total", "loss/kl", "optim/grad_norm", "optim/lr")
+"""What an idle batch (a rank with no share of a mini-batch) reports: its zero loss share and the
+optimizer numbers every rank has."""
 
 
 class Learner:
     """Takes clipped policy-gradient steps on rollout batches.
 
-    ``world_size`` and ``reduce_sum`` (an all-reduce of a small float64 tensor) are for
-    data-parallel learners: the loss normaliser counts tokens over all ranks. One process: the
-    defaults.
+    ``strategy`` (:mod:`grpo_run.core.learner.strategies`) decides how the policy is wrapped and
+    stepped and which share of each mini-batch this process trains on; a data-parallel rank's
+    loss normaliser counts tokens over all ranks. Default: one process.
     """
 
     def __init__(
@@ -54,8 +62,7 @@ class Learner:
         loss: Loss,
         kl: KLEstimator | None,
         *,
-        world_size: int = 1,
-        reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         self.spec = spec
         self.policy = policy
@@ -65,29 +72,23 @@ class Learner:
         self.beta = spec.kl.beta
         self.pad_token_id = spec.pad_token_id
         self.temperature = spec.temperature
-        self.world_size = world_size
-        self.reduce_sum = reduce_sum
+        self.strategy = strategy if strategy is not None else Strategy()
         o = spec.optim
-        self.optimizer = torch.optim.AdamW(
-            [p for p in policy.parameters() if p.requires_grad],
-            lr=o.lr,
-            betas=tuple(o.betas),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
+        self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
-        """A detached copy of the policy weights, safe to hand to a generator while training goes on.
+        """A detached copy of the policy weights, safe to hand to a generator while training goes on
+        (gathered on rank 0 of a data-parallel learner: ``None`` on the other ranks).
 
         With LoRA: the merged weights under the base model's names (what an engine that loaded
         the base model expects)."""
         if self.spec.model.lora is not None:
             from grpo_run.core.learner.lora import merged_state_dict
 
-            return merged_state_dict(self.policy)
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+            return merged_state_dict(self.policy) if self.strategy.is_main else None  # type: ignore[return-value]
+        return self.strategy.full_state_dict()  # type: ignore[return-value]
 
     # -- one step --------------------------------------------------------------------------
 
@@ -98,15 +99,15 @@ class Learner:
         param = next(self.policy.parameters())
         mini_batches = [
             b.to(param.device)
-            for b in split_mini_batches(seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id)
+            for b in self.strategy.mini_batches(seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id)
         ]
         # Counts for the whole rollout batch, fixed before any update (see loss_aggregation).
         normaliser = LossNormaliser.for_batches(
             [(b.completion_mask, b.seq_ids, b.num_seqs) for b in mini_batches],
             alg.loss_aggregation,
             alg.loss_denominator,
-            world_size=self.world_size,
-            reduce_sum=self.reduce_sum,
+            world_size=self.strategy.world_size,
+            reduce_sum=self.strategy.reduce_sum,
         )
         # One block-diagonal mask per mini-batch, shared by the policy, old and reference forwards.
         masks = [block_causal_mask(b.seq_ids, dtype=param.dtype) for b in mini_batches]
@@ -116,22 +117,27 @@ class Learner:
         old = [self._logprobs(self.policy, b, m) if recompute_old else None for b, m in zip(mini_batches, masks)]
         refs = [self._logprobs(self.reference, b, m) if self._use_kl else None for b, m in zip(mini_batches, masks)]
         totals: dict[str, float] = {}
-        updates = 0
+        counts: dict[str, int] = {}
         for _ in range(alg.num_epochs):
             for i, batch in enumerate(mini_batches):
                 for k, v in self._update(batch, masks[i], old[i], refs[i], normaliser).items():
+                    if is_idle(batch) and k not in _IDLE_METRICS:
+                        continue  # a rank's idle batch has no loss tokens to measure
                     totals[k] = totals.get(k, 0.0) + v
-                updates += 1
+                    counts[k] = counts.get(k, 0) + 1
         self._finish_step()
         elapsed = time.perf_counter() - start
-        out = {k: v / max(updates, 1) for k, v in totals.items()}
-        real = sum(b.num_real_tokens for b in mini_batches)
-        capacity = sum(b.input_ids.numel() for b in mini_batches)
+        out = {k: v / counts[k] for k, v in totals.items()}
+        trained = [b for b in mini_batches if not is_idle(b)]
+        real = sum(b.num_real_tokens for b in trained)
+        capacity = sum(b.input_ids.numel() for b in trained)
         out["packing/packed_ratio"] = real / max(1, capacity)
-        out["packing/rows"] = float(sum(b.input_ids.shape[0] for b in mini_batches))
+        out["packing/rows"] = float(sum(b.input_ids.shape[0] for b in trained))
         out["perf/learner_tokens_per_s"] = real * alg.num_epochs / max(elapsed, 1e-9)
         out["perf/learner_s"] = elapsed
-        return out
+        loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
+        rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}
+        return self.strategy.combine_metrics(out, rank_totals)
 
     def skip_step(self) -> None:
         """A step with nothing to learn from (every group filtered): the schedule and step count
@@ -146,7 +152,7 @@ class Learner:
         kl_cfg = self.spec.kl
         polyak = self.reference is not None and kl_cfg.reference == "polyak"
         if polyak and self.steps % kl_cfg.ref_policy_update_freq == 0:
-            polyak_update(self.reference, self.policy, kl_cfg.alpha)
+            self.strategy.polyak(self.reference, kl_cfg.alpha)
 
     @property
     def _use_kl(self) -> bool:
@@ -165,8 +171,8 @@ class Learner:
     def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
         if not self.spec.algorithm.log_entropy:
-            return self._policy_logprobs(self.policy, batch, attn_mask), None
-        keeper = KeepLogits(self.policy)
+            return self._policy_logprobs(self.strategy.train_module, batch, attn_mask), None
+        keeper = KeepLogits(self.strategy.train_module)
         logprobs = self._policy_logprobs(keeper, batch, attn_mask)
         entropy = token_entropy(keeper.logits, temperature=self.temperature)
         keeper.logits = None
@@ -209,10 +215,7 @@ class Learner:
             kl_loss = normaliser.reduce(self.kl(logprobs, ref), mask, seq_ids, num_seqs)
             total = total + self.beta * kl_loss
             metrics["loss/kl"] = float(kl_loss.detach())
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.spec.optim.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.strategy.backward_step(total)
         self.scheduler.step()
         metrics["loss/policy"] = float(policy_loss.detach())
         metrics["loss/total"] = float(total.detach())
@@ -227,7 +230,8 @@ class Learner:
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, schedule and step count; the Polyak reference's weights when it has drifted."""
         state: dict[str, Any] = {
-            "optimizer": self.optimizer.state_dict(),
+            "format": self.strategy.state_format,
+            "optimizer": self.strategy.optimizer_state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "steps": self.steps,
         }
@@ -236,7 +240,13 @@ class Learner:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        saved = state.get("format", "torch")
+        if saved != self.strategy.state_format:
+            raise UserError(
+                f"the checkpoint's optimizer state was saved by a {saved!r} learner and cannot be loaded by "
+                f"learner.strategy = {self.strategy.name!r} ({self.strategy.state_format!r}); resume with the strategy it was saved with"
+            )
+        self.strategy.load_optimizer_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
         if self.reference is not None and "reference" in state:
@@ -245,7 +255,7 @@ class Learner:
 
 def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
-    (``world_size``, ``reduce_sum`` for data-parallel learners)."""
+    (``strategy`` for a data-parallel rank)."""
     model = spec.model
     if model.lora is not None:
         policy, reference = _lora_policy(spec)

@@ -13,11 +13,12 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt_set
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
-from grpo_run.core.learner.learner import Learner, build_learner
 from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, resolve_device
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
 from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.placement.learner_group import LearnerGroup
+from grpo_run.core.placement.select import Placement, build_placement
 from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
 from grpo_run.core.plugins.families import ENGINE, KL, LOSS, MODEL, SAMPLER, TRACKER, VERIFIER
@@ -40,18 +41,20 @@ class RunParts:
     engine: GenerationEngine
     scorer: RewardScorer
     sampler: Sampler
-    learner: Learner
+    learner: LearnerGroup
     trackers: list[Tracker]
     producer: RolloutProducer
     evaluator: Evaluator | None
     traces: TraceWriter | None = None
     """Writes ``rollouts/`` (train traces through the run's observer, eval traces by the evaluator)."""
+    placement: Placement | None = None
 
     def loop_parts(self) -> LoopParts:
         return LoopParts(self.producer, self.learner, self.engine, self.evaluator)
 
     def close(self) -> None:
-        for closer in (self.scorer.close, self.engine.close):
+        closers = [self.scorer.close, self.engine.close, self.learner.close]
+        for closer in closers + ([self.placement.close] if self.placement is not None else []):
             try:
                 closer()
             except Exception as exc:  # shutting down: report, keep closing the rest
@@ -136,12 +139,23 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         log.warning("prompts_too_long_dropped", count=prompts.dropped,
                     max_prompt_token_length=cfg.data.max_prompt_token_length)
 
-    learner = build_learner(learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from))
-    engine = registry.get(ENGINE, cfg.engine.name)(
-        cfg.engine.config,
-        EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=learner.spec.model.torch_dtype,
-                      device=learner.spec.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
-    )
+    placement = build_placement(cfg)
+    learner: LearnerGroup | None = None
+    try:
+        spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
+        learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
+        engine = placement.engines(
+            registry.get(ENGINE, cfg.engine.name),
+            cfg.engine.config,
+            EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=spec.model.torch_dtype,
+                          device=spec.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
+            cfg.engine.num_engines,
+        )
+    except BaseException:
+        if learner is not None:
+            learner.close()
+        placement.close()
+        raise
     scorer = RewardScorer.from_config(
         cfg.scoring,
         verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
@@ -160,9 +174,9 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces,
     ) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
-             parameters=sum(p.numel() for p in learner.policy.parameters()))
+             parameters=learner.num_parameters)
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
-                    producer, evaluator, traces)
+                    producer, evaluator, traces, placement)
 
 
 def seed_everything(seed: int) -> None:

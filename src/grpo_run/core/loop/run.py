@@ -31,6 +31,7 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.lora import merged_model_writer
 from grpo_run.core.loop.build import RunParts, build_run, loop_settings
+from grpo_run.core.placement.learner_group import InProcessLearner
 from grpo_run.core.loop.checkpoint import (
     find_checkpoint,
     load_trainer_state,
@@ -130,7 +131,7 @@ def train(
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
                 parts.scorer.show_warnings_with(progress.warning)
                 if trainer_state is not None:
-                    _restore(parts, trainer_state)
+                    _restore(parts, trainer_state, checkpoint)
                     progress.message(f"resumed from {checkpoint} at step {start_step}")
                     log.info("resumed", checkpoint=str(checkpoint), step=start_step)
                     _report_regenerated(trainer_state, cfg, progress)
@@ -247,7 +248,7 @@ def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = 
     rollout_state = dict(rollout_state) if rollout_state is not None else parts.producer.rollout_state()
     save_checkpoint(
         dest,
-        parts.learner.policy,
+        parts.learner,  # writes the full policy (gathered) and the strategy's own files
         parts.tokenizer,
         trainer_state={
             "learner": parts.learner.state_dict(),
@@ -257,7 +258,7 @@ def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = 
             "in_flight": list(in_flight or []),
         },
         info={"step": step, "model": parts.cfg.model.name_or_path},
-        write_extra=merged_model_writer(parts.learner),
+        write_extra=merged_model_writer(parts.learner.learner) if isinstance(parts.learner, InProcessLearner) else None,
     )
     pruned = prune_checkpoints(directory, parts.cfg.checkpoint.keep_last_n)
     get_logger().info("checkpoint_saved", step=step, path=str(dest), pruned=pruned)
@@ -278,11 +279,11 @@ def _report_regenerated(state: Mapping[str, Any], cfg: RunConfig, progress: RunP
     get_logger().info("batches_regenerated", batches=in_flight, step=step, async_steps=cfg.rollout.async_steps)
 
 
-def _restore(parts: RunParts, state: Mapping[str, Any]) -> None:
+def _restore(parts: RunParts, state: Mapping[str, Any], checkpoint: Path) -> None:
     """Put a freshly built run into the state saved in a checkpoint (the policy weights were
     already loaded from it by ``build_run``)."""
     step = int(state["step"])
-    parts.learner.load_state_dict(state["learner"])
+    parts.learner.load_state_dict(state["learner"], checkpoint)
     parts.producer.load_rollout_state(state)
     # The engine starts from model.name_or_path: give it the checkpoint's weights and version.
     asyncio.run(parts.engine.update_weights(parts.learner.weights_snapshot(), step))

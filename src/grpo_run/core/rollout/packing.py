@@ -244,13 +244,21 @@ def split_mini_batches(
     if num_mini_batches < 1:
         raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
     _check(seqs, pack_length)
-    groups: list[list[int]] = [[] for _ in range(min(num_mini_batches, len(seqs)))]
+    return [
+        pack_sequences([seqs[i] for i in group], pack_length, pad_token_id, minimize_width=minimize_width)
+        for group in token_balanced_groups([len(s) for s in seqs], num_mini_batches)
+    ]
+
+
+def token_balanced_groups(lengths: Sequence[int], num_groups: int) -> list[list[int]]:
+    """Deal item indices to ``min(num_groups, len(lengths))`` groups, longest first to the group
+    with the fewest tokens so far (LPT): totals balance to within one item. Each group lists its
+    indices in ascending order. Shared by mini-batches and by the ranks of a data-parallel learner.
+    """
+    groups: list[list[int]] = [[] for _ in range(min(num_groups, len(lengths)))]
     heap = [(0, g) for g in range(len(groups))]  # (tokens so far, group index)
-    for i in sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), i)):
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         tokens, g = heapq.heappop(heap)
         groups[g].append(i)
-        heapq.heappush(heap, (tokens + len(seqs[i]), g))
-    return [
-        pack_sequences([seqs[i] for i in sorted(group)], pack_length, pad_token_id, minimize_width=minimize_width)
-        for group in groups
-    ]
+        heapq.heappush(heap, (tokens + lengths[i], g))
+    return [sorted(group) for group in groups]

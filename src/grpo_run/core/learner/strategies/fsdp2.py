@@ -1,0 +1,81 @@
+"""``strategy = "fsdp2"``: torch's ``fully_shard`` (FSDP2).
+
+Each decoder layer (the model's ``_no_split_modules`` classes) and then the whole model become
+FSDP units: parameters, gradients and optimizer state are sharded over the ranks as DTensors,
+all-gathered for each unit's forward and backward, and gradients are reduce-scattered (averaged).
+Full weights for checkpoints and engines come from ``get_model_state_dict(full_state_dict=True)``
+(rank 0 receives them, on the CPU); the optimizer state is checkpointed the same way, keyed by
+parameter name, so a checkpoint resumes under any number of fsdp2 ranks.
+
+The reference policy (``kl.beta > 0``) stays a full, unsharded copy on every rank; its Polyak
+update gathers one policy parameter at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from grpo_run.core.config.schema import OptimSection
+from grpo_run.core.learner.strategies.base import make_optimizer
+from grpo_run.core.learner.strategies.parallel import DataParallel
+
+_FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class FSDP2Strategy(DataParallel):
+    name = "fsdp2"
+    state_format = "fsdp2"
+
+    def __init__(self, rank: int, world_size: int, device: torch.device, *, offload_params: bool = False) -> None:
+        super().__init__(rank, world_size, device)
+        self.offload_params = offload_params
+
+    def setup(self, policy: torch.nn.Module, optim: OptimSection, max_grad_norm: float) -> torch.optim.Optimizer:
+        self.policy = policy
+        self.max_grad_norm = max_grad_norm
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        kwargs: dict[str, Any] = {"mesh": mesh}
+        if self.offload_params:
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        unit_types = set(getattr(policy, "_no_split_modules", None) or ())
+        for module in policy.modules():
+            if type(module).__name__ in unit_types:
+                fully_shard(module, **kwargs)
+        fully_shard(policy, **kwargs)
+        # The optimizer must see the sharded (DTensor) parameters, so it is built after sharding.
+        self.optimizer = make_optimizer(policy.parameters(), optim)
+        return self.optimizer
+
+    def _clip_gradients(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        state = get_model_state_dict(self.policy, options=_FULL_ON_RANK0)  # collective
+        return state if self.is_main else None
+
+    def optimizer_state_dict(self) -> Any:
+        state = get_optimizer_state_dict(self.policy, self.optimizer, options=_FULL_ON_RANK0)  # collective
+        return state if self.is_main else None
+
+    def load_optimizer_state_dict(self, state: Any) -> None:
+        # Rank 0 holds the checkpoint's full state; the others receive their shards from it.
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_optimizer_state_dict(self.policy, self.optimizer, optim_state_dict=state if self.is_main else {}, options=options)
+
+    def polyak(self, reference: torch.nn.Module, alpha: float) -> None:
+        with torch.no_grad():
+            for ref, param in zip(reference.parameters(), self.policy.parameters(), strict=True):
+                full = param.full_tensor() if isinstance(param, DTensor) else param  # collective per parameter
+                ref.mul_(1.0 - alpha).add_(full.detach().to(device=ref.device, dtype=ref.dtype), alpha=alpha)

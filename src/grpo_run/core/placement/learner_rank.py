@@ -1,0 +1,127 @@
+"""One rank of a data-parallel learner: what runs inside a learner process or Ray actor.
+
+The driver (:class:`~grpo_run.core.placement.learner_group.RankedLearnerGroup`) calls the same
+method on every rank with the same arguments; the ranks meet in ``torch.distributed``
+collectives inside it. Rank 0 answers with the results (metrics, full weights, optimizer state);
+the others answer ``None``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing  # noqa: F401 - registers shared-memory pickling of tensors for the pipe back
+
+from grpo_run.core.config.schema import LearnerSection
+from grpo_run.core.learner.learner import build_learner
+from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.learner.strategies import make_strategy
+from grpo_run.core.placement.flat import FlatWeights, decode_sequences
+
+LEARNER_STATE_DIR = "learner_state"
+"""Where in a checkpoint a strategy writes its own files (DeepSpeed's optimizer shards)."""
+
+
+@attrs.frozen
+class RankSetup:
+    """Everything a rank needs to start; picklable."""
+
+    spec: LearnerSpec
+    learner: LearnerSection
+    rank: int
+    world_size: int
+    init_method: str = ""
+    """``tcp://host:port`` of rank 0's rendezvous (or given to :meth:`LearnerRank.start`)."""
+    local_rank: int = 0
+    """Which of the node's GPUs this rank uses (Ray gives each actor its own: 0 there)."""
+    threads: int = 1
+    seed: int = 1
+
+
+class LearnerRank:
+    """Builds its learner in :meth:`start` (not in the constructor, so a slow or failing start is
+    reported like any call). ``ship_weights`` turns rank 0's flat weights into what goes back to
+    the driver (Ray: an object reference)."""
+
+    def __init__(self, setup: RankSetup, ship_weights: Callable[[FlatWeights], Any] | None = None) -> None:
+        self.setup = setup
+        self.ship_weights = ship_weights
+        self.learner: Any = None
+
+    def start(self, init_method: str | None = None) -> dict[str, Any]:
+        """Join the process group (at ``init_method``, default the setup's) and build the learner."""
+        s = self.setup
+        os.environ["OMP_NUM_THREADS"] = str(s.threads)
+        torch.set_num_threads(s.threads)
+        torch.manual_seed(s.seed)
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        cuda = s.spec.model.device.startswith("cuda")
+        device = torch.device(f"cuda:{s.local_rank}") if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        backend = s.learner.dist_backend if s.learner.dist_backend != "auto" else ("nccl" if cuda else "gloo")
+        # DeepSpeed reads the usual launcher variables.
+        os.environ.update(RANK=str(s.rank), WORLD_SIZE=str(s.world_size), LOCAL_RANK=str(s.local_rank))
+        dist.init_process_group(
+            backend, init_method=init_method or s.init_method, rank=s.rank, world_size=s.world_size,
+            timeout=datetime.timedelta(seconds=s.learner.collective_timeout_s),
+        )
+        spec = attrs.evolve(s.spec, model=attrs.evolve(s.spec.model, device=str(device)))
+        strategy = make_strategy(s.learner, s.rank, s.world_size, device)
+        self.learner = build_learner(spec, strategy=strategy)
+        parameters = sum(p.numel() for p in self.learner.policy.parameters())
+        if s.learner.strategy in ("fsdp2", "deepspeed"):  # sharded: count every rank's part
+            parameters = int(strategy.reduce_sum(torch.tensor([float(parameters)], dtype=torch.float64))[0])
+        return {"rank": s.rank, "pid": os.getpid(), "host": socket.gethostname(), "parameters": parameters}
+
+    def train_step(self, encoded: Mapping[str, np.ndarray]) -> dict[str, float] | None:
+        metrics = self.learner.train_step(decode_sequences(encoded))
+        return metrics if self.setup.rank == 0 else None
+
+    def skip_step(self) -> None:
+        self.learner.skip_step()
+
+    def weights(self) -> Any:
+        state = self.learner.weights_snapshot()  # collective for sharded strategies
+        if state is None:
+            return None
+        flat = FlatWeights.from_state_dict(state)
+        return self.ship_weights(flat) if self.ship_weights is not None else flat
+
+    def state_dict(self) -> dict[str, Any] | None:
+        state = self.learner.state_dict()  # collective for fsdp2
+        # A copy: sent through a local pipe, a tensor's storage is *shared* with the receiver, and
+        # the live optimizer state keeps changing.
+        return copy.deepcopy(state) if self.setup.rank == 0 else None
+
+    def load_state_dict(self, state: Mapping[str, Any], checkpoint: str) -> None:
+        """Every rank gets the checkpoint's learner state (schedule, steps, replicated optimizer
+        state; fsdp2 takes rank 0's optimizer state and scatters it) and reads its strategy's files."""
+        # A private copy: tensors from a local pipe share storage with every other rank's copy,
+        # and the optimizer adopts state tensors as they are.
+        self.learner.load_state_dict(copy.deepcopy(dict(state)))
+        self.learner.strategy.load_files(Path(checkpoint) / LEARNER_STATE_DIR)
+
+    def save(self, directory: str) -> None:
+        """Rank 0 writes the full policy in Hugging Face format; every rank writes its strategy's files."""
+        state = self.learner.strategy.full_state_dict()  # collective for sharded strategies
+        if self.setup.rank == 0:
+            self.learner.policy.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        self.learner.strategy.save_files(Path(directory) / LEARNER_STATE_DIR)
+
+    def close(self) -> None:
+        if self.learner is not None:
+            self.learner.strategy.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,169 @@
+"""``distributed.backend = "ray"``: engines and learner ranks as Ray actors.
+
+Connects to the cluster at ``RAY_ADDRESS`` (``ray start --head`` on one node, ``ray start
+--address=...`` on the others) or, without it, starts a local Ray instance sized to fit the
+run's actors. Each learner rank is a :class:`~.ray_actors.RayLearnerRank` actor with
+``distributed.learner_resources`` (rank 0 names the rendezvous on its node; NCCL or gloo inside),
+each engine an :class:`~.ray_actors.EngineActor` with ``distributed.engine_resources``. With
+``distributed.placement_strategy`` every actor's resources are reserved up front in one placement
+group (learners first, then engines, one bundle each). Actors that do not start within
+``distributed.startup_timeout_s`` fail the run with what they asked for and what the cluster has.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from grpo_run.core.config.schema import ActorResources, LearnerSection, RunConfig
+from grpo_run.core.errors import RunError
+from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.placement.engines import EnginePool, engine_contexts
+from grpo_run.core.placement.learner_group import RankedLearnerGroup
+from grpo_run.core.placement.learner_rank import RankSetup
+from grpo_run.core.placement.ray_actors import (
+    EngineActor,
+    RayLearnerRank,
+    RayRankWorker,
+    RemoteWeights,
+    remote_engine,
+)
+from grpo_run.core.plugins.types import EngineContext
+from grpo_run.core.runlog import get_logger
+
+
+class RayPlacement:
+    def __init__(self, cfg: RunConfig, started_here: bool) -> None:
+        self.cfg = cfg
+        self.settings = cfg.distributed
+        self.started_here = started_here
+        self.group: Any = None
+        self._bundles: dict[str, int] = {}
+
+    @classmethod
+    def connect(cls, cfg: RunConfig) -> RayPlacement:
+        """Join ``RAY_ADDRESS``'s cluster or start a local instance; reserve the placement group."""
+        started = False
+        if not ray.is_initialized():
+            address = os.environ.get("RAY_ADDRESS")
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING)
+            else:
+                need = sum(r.num_cpus * n for r, n in _actors(cfg))
+                ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need)), include_dashboard=False,
+                         logging_level=logging.WARNING)
+            started = True
+        placement = cls(cfg, started)
+        try:
+            if cfg.distributed.placement_strategy is not None:
+                placement._reserve()
+        except BaseException:
+            placement.close()
+            raise
+        get_logger().info("ray_connected", started_local=started and not os.environ.get("RAY_ADDRESS"),
+                          resources=ray.cluster_resources())
+        return placement
+
+    def _reserve(self) -> None:
+        bundles, index = [], 0
+        for kind, (resources, count) in zip(("learner", "engine"), _actors(self.cfg)):
+            self._bundles[kind] = index
+            bundles += [_bundle(resources)] * count
+            index += count
+        strategy = self.settings.placement_strategy
+        self.group = placement_group(bundles, strategy=strategy)
+        try:
+            ray.get(self.group.ready(), timeout=self.settings.startup_timeout_s)
+        except GetTimeoutError:
+            raise RunError(
+                f"the Ray cluster could not reserve {len(bundles)} bundles ({strategy}) within "
+                f"{self.settings.startup_timeout_s:g} s: asked for {bundles}; available now: "
+                f"{ray.available_resources()} (change distributed.*_resources or add nodes)"
+            ) from None
+
+    def _options(self, kind: str, index: int) -> dict[str, Any]:
+        resources = self.settings.resources_of(kind)  # type: ignore[arg-type]
+        options: dict[str, Any] = {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus}
+        if resources.resources:
+            options["resources"] = dict(resources.resources)
+        if self.group is not None:
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=self._bundles[kind] + index
+            )
+        return options
+
+    def _running(self, actors: list[Any], kind: str) -> list[dict[str, Any]]:
+        """Each actor's :func:`~.ray_actors.where_am_i`, once all have started."""
+        timeout = self.settings.startup_timeout_s
+        try:
+            return ray.get([actor.where.remote() for actor in actors], timeout=timeout)
+        except GetTimeoutError:
+            for actor in actors:
+                ray.kill(actor)
+            raise RunError(
+                f"{kind} actors not running after {timeout:g} s: each asks for "
+                f"{_bundle(self.settings.resources_of(kind))}; available now: {ray.available_resources()} "  # type: ignore[arg-type]
+                f"(change distributed.{kind}_resources or add nodes)"
+            ) from None
+        except RayActorError as exc:
+            for actor in actors:
+                ray.kill(actor)
+            raise RunError(f"a {kind} actor could not start: {exc}") from None
+
+    def learner_group(self, spec: LearnerSpec, learner: LearnerSection, seed: int) -> RankedLearnerGroup:
+        world = learner.num_learners
+        threads = learner.threads_per_learner or max(1, int(self.settings.resources_of("learner").num_cpus))
+        actor_cls = ray.remote(RayLearnerRank)
+        actors = [
+            actor_cls.options(**self._options("learner", rank)).remote(
+                RankSetup(spec, learner, rank=rank, world_size=world, local_rank=0, threads=threads, seed=seed)
+            )
+            for rank in range(world)
+        ]
+        wheres = self._running(actors, "learner")
+        workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
+        group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights)
+        try:
+            group.start(ray.get(actors[0].rendezvous.remote()))
+        except BaseException:
+            group.close()
+            raise
+        return group
+
+    def engines(self, cls: type, config: Any, context: EngineContext, num_engines: int) -> EnginePool:
+        actor_cls = ray.remote(EngineActor)
+        actors = [
+            actor_cls.options(**self._options("engine", i)).remote(cls, config, ctx)
+            for i, ctx in enumerate(engine_contexts(context, num_engines))
+        ]
+        wheres = self._running(actors, "engine")
+        get_logger().info("engines_started", engines=[{"engine": i, "pid": w["pid"], "host": w["host"]}
+                                                      for i, w in enumerate(wheres)])
+        return EnginePool([remote_engine(f"engine {i}", cls, a, w) for i, (a, w) in enumerate(zip(actors, wheres))])
+
+    def close(self) -> None:
+        if self.group is not None:
+            remove_placement_group(self.group)
+            self.group = None
+        if self.started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:
+    """(resources, count) of the learner actors and of the engine actors."""
+    d = cfg.distributed
+    return [(d.resources_of("learner"), cfg.learner.num_learners), (d.resources_of("engine"), cfg.engine.num_engines)]
+
+
+def _bundle(resources: ActorResources) -> dict[str, float]:
+    bundle = {"CPU": resources.num_cpus, **dict(resources.resources)}
+    if resources.num_gpus:
+        bundle["GPU"] = resources.num_gpus
+    return bundle
