@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from grpo_run.core.config.schema import AlgorithmSection
+from grpo_run.core.errors import RunError
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
 from grpo_run.core.rollout.packing import SequenceToPack
 from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences
@@ -91,6 +92,8 @@ class LoopState:
     stopping: bool = False
     stop_reason: str = ""
     last_eval_step: int = -1
+    weight_sync_s: float = 0.0
+    """Seconds spent loading weights into the engine since the last step's metrics."""
     started: float = attrs.Factory(time.perf_counter)
 
 
@@ -177,6 +180,7 @@ class TrainingLoop:
             metrics["perf/generation_s"] = batch.generation_s
             metrics["perf/generation_tokens_per_s"] = generated / max(batch.generation_s, 1e-9)
             metrics["perf/step_s"] = now - last_step_end
+            metrics["perf/weight_sync_s"], self.state.weight_sync_s = self.state.weight_sync_s, 0.0
             metrics["perf/elapsed_s"] = now - self.state.started
             last_step_end = now
             self._check_stop(step)
@@ -207,7 +211,16 @@ class TrainingLoop:
         state = self.state
         if state.snapshot is not None and state.engine_version < state.version:
             version, snapshot = state.version, state.snapshot
-            await self.parts.engine.update_weights(snapshot, version)
+            start = time.perf_counter()
+            try:
+                await self.parts.engine.update_weights(snapshot, version)
+            except RunError:
+                raise
+            except Exception as exc:  # any engine: the run ends with the engine and the step named
+                engine = getattr(type(self.parts.engine), "name", type(self.parts.engine).__name__)
+                raise RunError(f"engine {engine!r}: weight sync for step {version} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+            state.weight_sync_s += time.perf_counter() - start
             state.engine_version = max(state.engine_version, version)
 
     @property
