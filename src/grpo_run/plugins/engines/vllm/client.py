@@ -48,6 +48,8 @@ class WorkerClient:
         self._handlers: dict[int, Callable[[tuple], None]] = {}
         self._keys = itertools.count(1)
         self.failure: str | None = None
+        self.last_heard = time.monotonic()
+        """When the worker last sent anything (or we last asked it something)."""
         self._fatal: str | None = None
         self.output_tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         ours, theirs = socket.socketpair()
@@ -85,6 +87,7 @@ class WorkerClient:
         try:
             with self._send_lock:
                 self.conn.send(message)
+                self.last_heard = max(self.last_heard, time.monotonic())
         except (OSError, ValueError):
             raise WorkerError(self._describe_death()) from None
 
@@ -115,6 +118,20 @@ class WorkerClient:
     def forget(self, key: int) -> None:
         with self._handlers_lock:
             self._handlers.pop(key, None)
+
+    async def receive(self, queue: asyncio.Queue, limit_s: float, doing: str) -> tuple:
+        """The next message from ``queue``; if the worker sends nothing at all (not even a
+        heartbeat) for ``limit_s`` seconds it is hung: it is killed and :class:`WorkerError` raised."""
+        while True:
+            try:
+                return await asyncio.wait_for(queue.get(), timeout=min(1.0, limit_s))
+            except TimeoutError:
+                silent = time.monotonic() - self.last_heard
+                if silent >= limit_s:
+                    self.kill()
+                    raise WorkerError(
+                        f"vllm engine: the worker (pid {self.pid}) sent nothing for {silent:.0f} s while {doing} "
+                        f"(engine.response_timeout_s = {limit_s:g}); it was stopped") from None
 
     async def call(self, message: tuple) -> tuple:
         """Send a message whose key (``message[1]``) gets exactly one answer, and return it."""
@@ -178,6 +195,7 @@ class WorkerClient:
                 message = self.conn.recv()
             except (EOFError, OSError):
                 break
+            self.last_heard = time.monotonic()
             if message[0] == wire.FATAL:
                 self._fatal = message[2]
                 continue

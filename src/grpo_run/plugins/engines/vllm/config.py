@@ -65,12 +65,16 @@ class VLLMEngineConfig:
     weight_sync_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
     """A weight update (including, without in-flight updates, waiting for running requests) that
     has not finished by then stops the run with an error naming the engine and the step."""
+    response_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0))
+    """A worker that sends nothing for this long while generating (it reports progress every
+    second) is taken as hung: it is stopped and the run ends with an error naming the engine."""
     startup_timeout_s: float = attrs.field(default=900.0, validator=v.gt(0.0))
     """Time allowed for the worker to import vLLM and load the model."""
     cuda_visible_devices: str | None = None
     """``CUDA_VISIBLE_DEVICES`` of the worker process (which GPUs the engine uses)."""
-    log_level: Literal["debug", "info", "warning", "error"] = "warning"
-    """vLLM's own logging in the worker (its output is forwarded to stderr)."""
+    log_level: Literal["debug", "info", "warning", "error"] = "error"
+    """vLLM's own logging in the worker. Above ``error`` the worker's output is forwarded to
+    stderr; at ``error`` only its last lines are kept, for the message when it fails."""
 
     def check_run(self, run: RunConfig) -> list[ConfigIssue]:
         issues = []

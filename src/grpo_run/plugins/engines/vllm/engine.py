@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import structlog
 import torch
 
 from grpo_run import Completion, EngineContext, RunError, SamplingParams
@@ -20,6 +21,7 @@ from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError
 from grpo_run.plugins.engines.vllm.config import VLLMEngineConfig
 from grpo_run.plugins.engines.vllm.weights import NcclWeights, SharedMemoryWeights
 
+log = structlog.get_logger()
 CPU_KV_CACHE_GB = 1.0
 SEED_MODULUS = 2**31 - 1
 
@@ -38,11 +40,16 @@ class VLLMEngine:
         self._seed = config.seed if config.seed is not None else context.seed
         self._calls = 0
         self._update_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.completions = self.tokens = self.syncs = 0
+        started = time.perf_counter()
         self.client = WorkerClient(
             config.worker_python(), engine_arguments(config, context) | worker_settings(config),
             worker_environment(worker_env(config, context)), startup_timeout_s=config.startup_timeout_s,
+            forward_output=config.log_level != "error",
         )
         self.info = self.client.info
+        log.info("vllm_engine_started", python=config.worker_python(), startup_s=round(time.perf_counter() - started, 2),
+                 **self.info)
         dtype = getattr(torch, self.info["dtype"])
         bucket_bytes = config.weight_bucket_mb * 2**20
         self.weights: SharedMemoryWeights | NcclWeights = (
@@ -71,11 +78,16 @@ class VLLMEngine:
             seeds = self._seeds(len(prompts) * params.n, params)
             await self.client.send_async((wire.GENERATE, key, [list(p) for p in prompts], vllm_sampling(params), seeds))
             for _ in range(len(prompts)):
-                message = await queue.get()
+                message = await self.client.receive(queue, self.config.response_timeout_s,
+                                                    f"generating with the weights of step {self.version}")
                 if message[0] == wire.GROUP:
-                    yield message[2], [self._completion(*c) for c in message[3]]
+                    group = [self._completion(*c) for c in message[3]]
+                    self.completions += len(group)
+                    self.tokens += sum(len(c.token_ids) for c in group)
+                    yield message[2], group
                 elif message[0] == DIED:
-                    raise WorkerError(f"vllm engine (policy version {self.version}) died while generating: {message[2]}")
+                    raise WorkerError(f"vllm engine: died while generating with the weights of step {self.version}: "
+                                      f"{message[2]}")
                 else:
                     raise RunError(f"vllm engine: generation failed: {message[2]}")
             finished = True
@@ -120,6 +132,7 @@ class VLLMEngine:
                     f"was stopped") from None
             self.version = version
             self.last_sync_s = time.perf_counter() - start
+            self.syncs += 1
 
     async def _sync(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         answer = await self.client.call((wire.UPDATE_BEGIN, self.client.new_key(), version))
@@ -152,6 +165,8 @@ class VLLMEngine:
     def close(self) -> None:
         self.client.close()
         self.weights.close()
+        log.info("vllm_engine_closed", pid=self.client.pid, completions=self.completions, tokens=self.tokens,
+                 weight_syncs=self.syncs, policy_version=self.version)
 
 
 def vllm_sampling(params: SamplingParams) -> dict[str, Any]:

@@ -19,6 +19,7 @@ trainer -> worker
 worker -> trainer
   ``("ready", 0, info)``  ``("group", gid, prompt_index, completions)``  ``("ack", uid, payload)``
   ``("error", key, message)`` (that request failed)  ``("fatal", 0, message)`` (the worker is exiting)
+  ``("heartbeat", 0)`` at least every :data:`HEARTBEAT_S` while it has requests: proof of progress
 
 Between ``update_begin`` and ``update_end`` the engine is not stepped: the model's parameters
 are mid-reload (vLLM's layerwise reload), so no decode step may run on them. With in-flight
@@ -41,10 +42,11 @@ import torch
 
 # -- what both sides share --------------------------------------------------------------------
 
-READY, GROUP, ACK, ERROR, FATAL = "ready", "group", "ack", "error", "fatal"
+READY, GROUP, ACK, ERROR, FATAL, HEARTBEAT = "ready", "group", "ack", "error", "fatal", "heartbeat"
 GENERATE, UPDATE_BEGIN, BUCKET, UPDATE_END = "generate", "update_begin", "bucket", "update_end"
 NCCL_INIT, NCCL_UPDATE, ABORT, SHUTDOWN = "nccl_init", "nccl_update", "abort", "shutdown"
 
+HEARTBEAT_S = 1.0
 ALIGN = 64
 """Byte alignment of every tensor in a shared-memory bucket."""
 
@@ -157,6 +159,11 @@ class Worker:
         self.update: tuple[str, int] | None = None  # ("draining" | "loading", uid)
         self.asleep = False
         self.next_request = 0
+        self.last_sent = time.monotonic()
+
+    def send(self, message: tuple) -> None:
+        self.conn.send(message)
+        self.last_sent = time.monotonic()
 
     def info(self) -> dict[str, Any]:
         import vllm
@@ -168,6 +175,8 @@ class Worker:
 
     def serve(self) -> None:
         while True:
+            if self.update is not None and self.update[0] == "draining" and not self.engine.has_unfinished_requests():
+                self._start_loading()
             # Decode steps run unless an update is loading weights (draining still steps).
             loading = self.update is not None and self.update[0] == "loading"
             stepping = not loading and self.engine.has_unfinished_requests()
@@ -175,11 +184,11 @@ class Worker:
                 if not self.handle(self.conn.recv()):
                     return
                 continue  # take every waiting message before the next decode step
-            if self.update is not None and self.update[0] == "draining" and not self.engine.has_unfinished_requests():
-                self._start_loading()
-            elif stepping:
+            if stepping:
                 self._step()
-                if self.sleep_when_idle and not self.engine.has_unfinished_requests():
+                if time.monotonic() - self.last_sent > HEARTBEAT_S:
+                    self.send((HEARTBEAT, 0))
+                if self.sleep_when_idle and self.update is None and not self.engine.has_unfinished_requests():
                     self.llm.sleep(level=1)
                     self.asleep = True
 
@@ -199,14 +208,14 @@ class Worker:
                 if self.inflight or not self.engine.has_unfinished_requests():
                     self._start_loading()
             elif kind == BUCKET:
-                self.conn.send((ACK, key, self.llm.collective_rpc(_load_bucket, args=(message[2], message[3]))[0]))
+                self.send((ACK, key, self.llm.collective_rpc(_load_bucket, args=(message[2], message[3]))[0]))
             elif kind == NCCL_INIT:
                 self._wake()
                 self.llm.init_weight_transfer_engine({"init_info": message[2]})
-                self.conn.send((ACK, key, None))
+                self.send((ACK, key, None))
             elif kind == NCCL_UPDATE:
                 self.llm.update_weights({"update_info": message[2]})
-                self.conn.send((ACK, key, None))
+                self.send((ACK, key, None))
             elif kind == UPDATE_END:
                 self._finish_update(key, int(message[2]))
             elif kind == ABORT:
@@ -218,7 +227,7 @@ class Worker:
         except Exception as exc:  # a bad request fails that request, not the worker
             if kind in (BUCKET, NCCL_INIT, NCCL_UPDATE, UPDATE_BEGIN, UPDATE_END):
                 raise  # half-loaded weights: the worker cannot go on
-            self.conn.send((ERROR, key, f"{type(exc).__name__}: {exc}"))
+            self.send((ERROR, key, f"{type(exc).__name__}: {exc}"))
         return True
 
     def _add(self, gid: int, prompts: list[list[int]], sampling: dict[str, Any], seeds: list[int]) -> None:
@@ -276,7 +285,7 @@ class Worker:
         if all(r is not None for r in group):
             del self.groups[(req.gid, req.prompt)]
             done = [(r.tokens, r.logprobs, r.finish, r.first_version, r.last_version) for r in group if r]
-            self.conn.send((GROUP, req.gid, req.prompt, done))
+            self.send((GROUP, req.gid, req.prompt, done))
 
     # -- weights -------------------------------------------------------------------------------
 
@@ -288,7 +297,7 @@ class Worker:
             self.llm.start_weight_update()
         else:
             self.llm.collective_rpc(_begin_reload)
-        self.conn.send((ACK, uid, "ready"))
+        self.send((ACK, uid, "ready"))
 
     def _finish_update(self, uid: int, version: int) -> None:
         start = time.perf_counter()
@@ -301,7 +310,7 @@ class Worker:
         self.llm.reset_prefix_cache()
         self.version = version
         self.update = None
-        self.conn.send((ACK, uid, time.perf_counter() - start))
+        self.send((ACK, uid, time.perf_counter() - start))
         while self.waiting and self.update is None:
             message = self.waiting.popleft()
             self.handle(message)
