@@ -12,6 +12,7 @@ import asyncio
 import collections
 import itertools
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -74,6 +75,9 @@ class WorkerClient:
         self.info = self._wait_ready(startup_timeout_s)
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"vllm-worker-{self.pid}-reader")
         self._reader.start()
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_queued, daemon=True, name=f"vllm-worker-{self.pid}-sender")
+        self._sender.start()
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -92,8 +96,25 @@ class WorkerClient:
             raise WorkerError(self._describe_death()) from None
 
     async def send_async(self, message: tuple) -> None:
-        """Send without blocking the event loop (a big prompt list waits for the worker to read it)."""
-        await asyncio.to_thread(self.send, message)
+        """Send without blocking the event loop (a big prompt list waits for the worker to read it).
+        Messages go out in the order of the calls: one sender thread takes them from a queue."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        self._outbox.put((message, loop, done))
+        await done
+
+    def _send_queued(self) -> None:
+        while (item := self._outbox.get()) is not None:
+            message, loop, done = item
+            error: BaseException | None = None
+            try:
+                self.send(message)
+            except WorkerError as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(settle, done, None, error)
+            except RuntimeError:  # that event loop is closed
+                pass
 
     # -- receiving -----------------------------------------------------------------------------
 
@@ -158,6 +179,7 @@ class WorkerClient:
         except subprocess.TimeoutExpired:
             self.kill()
         self.failure = self.failure or "the vLLM engine was closed"
+        self._outbox.put(None)
         self.conn.close()
         self._finalizer.detach()
 
@@ -244,6 +266,16 @@ def _stop_process(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
             pass
+
+
+def settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    """Complete ``future`` (on its event loop's thread) unless it was cancelled meanwhile."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def worker_environment(extra: Mapping[str, str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from grpo_run.plugins.engines.vllm import worker as wire
-from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError
+from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, settle
 
 Bucket = list[tuple[str, torch.Tensor, torch.dtype, int]]
 """``(name, tensor, dtype to send it in, byte offset)`` of each tensor in one bucket."""
@@ -185,21 +185,12 @@ def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
         try:
             result = fn()
         except BaseException as exc:  # handed to the awaiting coroutine
-            loop.call_soon_threadsafe(_settle, future, None, exc)
+            loop.call_soon_threadsafe(settle, future, None, exc)
         else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
+            loop.call_soon_threadsafe(settle, future, result, None)
 
     threading.Thread(target=run, daemon=True, name="vllm-weight-transfer").start()
     return future
-
-
-def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
 
 
 def free_port() -> int:
