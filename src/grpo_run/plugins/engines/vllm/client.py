@@ -71,7 +71,10 @@ class WorkerClient:
         self._pump = threading.Thread(target=self._pump_output, args=(forward_output,), daemon=True,
                                       name=f"vllm-worker-{self.pid}-output")
         self._pump.start()
-        self.conn.send(dict(options))
+        try:
+            self.conn.send(dict(options))
+        except OSError:
+            pass  # the worker is already gone: _wait_ready reports why
         self.info = self._wait_ready(startup_timeout_s)
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"vllm-worker-{self.pid}-reader")
         self._reader.start()
