@@ -91,7 +91,7 @@ class SharedMemoryWeights:
             queue = client.listen(key)
             layout = [(name, str(dtype).removeprefix("torch."), tuple(t.shape), offset) for name, t, dtype, offset in bucket]
             waiting[slot] = (key, queue)
-            await client.send_async((wire.BUCKET, key, self.segments[slot].name, layout))
+            await client.send_async((wire.BUCKET, key, self.segments[slot].name, layout, len(buckets) > 1))
         for item in waiting:
             if item is not None:
                 await expect_ack(client, *item, what="loading a weight bucket")

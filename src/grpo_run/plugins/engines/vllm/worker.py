@@ -11,7 +11,7 @@ descriptor is inherited as ``FD``), ``(kind, key, *payload)``:
 trainer -> worker
   ``("generate", gid, prompts, sampling, seeds)``  add ``len(seeds)`` requests
   ``("update_begin", uid, version)``               start a weight update (drains first unless in-flight)
-  ``("bucket", uid, shm_name, layout)``            load one bucket of tensors from shared memory
+  ``("bucket", uid, shm_name, layout, copy)``      load one bucket of tensors from shared memory
   ``("nccl_init", uid, init_info)`` / ``("nccl_update", uid, update_info)``   GPU weight transfer
   ``("update_end", uid, version)``                 finish the update; new requests use ``version``
   ``("abort", gid)``                                drop what is left of a generate request
@@ -94,20 +94,28 @@ def _begin_reload(worker: Any) -> None:
         initialize_layerwise_reload(worker.model_runner.get_model())
 
 
-def _load_bucket(worker: Any, shm_name: str, layout: Layout) -> int:
+_ATTACHED: dict[str, Any] = {}
+"""The trainer's segments, mapped once: they are reused by every update, and a fresh mapping
+costs a page fault per page on first read."""
+
+
+def _load_bucket(worker: Any, shm_name: str, layout: Layout, copy: bool) -> int:
+    """Load one bucket. ``copy``: the trainer refills this buffer as soon as we acknowledge it,
+    while vLLM's layerwise loader may keep a layer's tensors until the layer is complete (in a
+    later bucket, or at finalize for padded ones) -- so take copies. An update of one bucket
+    needs none: the buffer is not touched again before the update has ended."""
     from vllm.config import set_current_vllm_config
 
-    shm = attach_shared_memory(shm_name)
-    try:
-        # Clones: vLLM's layerwise loader keeps a layer's tensors until the layer is complete,
-        # and the trainer refills this buffer as soon as we acknowledge it.
-        weights = [(name, view_in_buffer(shm.buf, getattr(torch, dtype), tuple(shape), offset).clone())
-                   for name, dtype, shape, offset in layout]
-    finally:
-        shm.close()
+    if shm_name not in _ATTACHED:
+        _ATTACHED[shm_name] = attach_shared_memory(shm_name)
+    buffer = _ATTACHED[shm_name].buf
+    weights = [(name, view_in_buffer(buffer, getattr(torch, dtype), tuple(shape), offset))
+               for name, dtype, shape, offset in layout]
+    if copy:
+        weights = [(name, tensor.clone()) for name, tensor in weights]
     with set_current_vllm_config(worker.vllm_config), torch.no_grad():
         worker.model_runner.get_model().load_weights(weights)
-    return len(weights)
+    return len(layout)
 
 
 def _finish_reload(worker: Any) -> None:
@@ -208,7 +216,7 @@ class Worker:
                 if self.inflight or not self.engine.has_unfinished_requests():
                     self._start_loading()
             elif kind == BUCKET:
-                self.send((ACK, key, self.llm.collective_rpc(_load_bucket, args=(message[2], message[3]))[0]))
+                self.send((ACK, key, self.llm.collective_rpc(_load_bucket, args=message[2:5])[0]))
             elif kind == NCCL_INIT:
                 self._wake()
                 self.llm.init_weight_transfer_engine({"init_info": message[2]})
