@@ -253,6 +253,8 @@ class WorkerClient:
         how = "is not answering" if code is None else (
             f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
         text = f"the vLLM worker process (pid {self.pid}) {how}"
+        if code == -9:
+            return text + " (out of memory, or killed from outside)"
         if self._fatal:
             text += f"; its error: {self._fatal.strip().splitlines()[-1]}"
         return text + self._tail_text()

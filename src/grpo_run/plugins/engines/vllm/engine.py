@@ -76,7 +76,11 @@ class VLLMEngine:
         finished = False
         try:
             seeds = self._seeds(len(prompts) * params.n, params)
-            await self.client.send_async((wire.GENERATE, key, [list(p) for p in prompts], vllm_sampling(params), seeds))
+            try:
+                await self.client.send_async((wire.GENERATE, key, [list(p) for p in prompts], vllm_sampling(params),
+                                              seeds))
+            except WorkerError as exc:
+                raise WorkerError(f"vllm engine: cannot generate with the weights of step {self.version}: {exc}") from None
             for _ in range(len(prompts)):
                 message = await self.client.receive(queue, self.config.response_timeout_s,
                                                     f"generating with the weights of step {self.version}")
@@ -130,6 +134,8 @@ class VLLMEngine:
                     f"vllm engine: the weight sync for step {version} did not finish within "
                     f"engine.weight_sync_timeout_s = {limit:g} s; the engine worker (pid {self.client.pid}) "
                     f"was stopped") from None
+            except WorkerError as exc:
+                raise WorkerError(f"vllm engine: the weight sync for step {version} failed: {exc}") from None
             self.version = version
             self.last_sync_s = time.perf_counter() - start
             self.syncs += 1
@@ -143,7 +149,7 @@ class VLLMEngine:
 
     def _check_answer(self, answer: tuple, version: int) -> None:
         if answer[0] != wire.ACK:
-            raise WorkerError(f"vllm engine: the weight sync for step {version} failed: {answer[2]}")
+            raise WorkerError(answer[2])
 
     def _lock(self) -> asyncio.Lock:
         """One update at a time (the loop's generator and evaluator may both ask for one); the

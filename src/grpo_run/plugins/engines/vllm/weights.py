@@ -62,8 +62,7 @@ async def expect_ack(client: WorkerClient, key: int, queue: asyncio.Queue, what:
         client.forget(key)
     if message[0] == wire.ACK:
         return message[2]
-    reason = message[2]
-    raise WorkerError(f"vllm engine: {what} failed: {reason}" if message[0] != DIED else f"vllm engine: {reason}")
+    raise WorkerError(message[2] if message[0] == DIED else f"{what} failed: {message[2]}")
 
 
 class SharedMemoryWeights:
