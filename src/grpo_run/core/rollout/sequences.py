@@ -101,6 +101,7 @@ def build_sequences(
             )
     lengths = torch.tensor([len(c.token_ids) for c in all_completions], dtype=torch.float64)
     versions = [c.policy_version for c in all_completions]
+    newest = [c.policy_versions[1] for c in all_completions]
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
@@ -111,6 +112,10 @@ def build_sequences(
         "rollout/stop_rate": sum(c.finish_reason == "stop" for c in all_completions) / max(1, len(all_completions)),
         "rollout/staleness_max": float(learner_version - min(versions)),
         "rollout/staleness_mean": float(learner_version - sum(versions) / len(versions)),
+        # In-flight weight updates: a completion's tokens may come from several policy versions.
+        "rollout/staleness_newest_mean": float(learner_version - sum(newest) / len(newest)),
+        "rollout/mixed_version_rate": sum(n != o for n, o in zip(newest, versions)) / len(versions),
+        "rollout/version_span_max": float(max(n - o for n, o in zip(newest, versions))),
         "advantage/abs_mean": float(advantages[keep].abs().mean()) if keep.any() else 0.0,
     }
     return seqs, metrics
