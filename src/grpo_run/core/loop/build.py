@@ -23,6 +23,7 @@ from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
 from grpo_run.core.plugins.families import ENGINE, KL, LOSS, MODEL, SAMPLER, TRACKER, VERIFIER
 from grpo_run.core.plugins.host import PluginHost
+from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.core.plugins.types import EngineContext, SamplingParams
 from grpo_run.core.rollout.producer import RolloutProducer
 from grpo_run.core.runlog import get_logger
@@ -114,7 +115,6 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     weights and the reference policy still come from ``model.name_or_path``.
     """
     import transformers
-    from transformers import AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()  # our own progress display owns the console
     log = get_logger()
@@ -125,14 +125,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     rows = load_rows(cfg, registry)
 
     model_path = resolve_model_path(cfg, host)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
-        )
-    except OSError as exc:  # missing directory, no hub access, missing files
-        raise UserError(f"model.name_or_path={cfg.model.name_or_path!r}: cannot load the tokenizer: {exc}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(cfg, model_path)
     encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length, cfg.data.apply_chat_template)
     prompts = tokenise_prompt_set(rows.train, rows.eval, encoder, rows.warnings)
     if prompts.dropped:
@@ -156,10 +149,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
             learner.close()
         placement.close()
         raise
-    scorer = RewardScorer.from_config(
-        cfg.scoring,
-        verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
-    )
+    scorer = build_scorer(cfg, registry)
     sampler = registry.get(SAMPLER, cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)
     trackers = [registry.get(TRACKER, name)(conf, str(run_dir)) for name, conf in cfg.trackers.items()]
     r = cfg.rollout
@@ -177,6 +167,29 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
              parameters=learner.num_parameters)
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
                     producer, evaluator, traces, placement)
+
+
+def load_tokenizer(cfg: RunConfig, source: str) -> Any:
+    """The tokenizer at ``source`` (a model directory or hub id), with a pad token."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
+        )
+    except OSError as exc:  # missing directory, no hub access, missing files
+        raise UserError(f"model.name_or_path={cfg.model.name_or_path!r}: cannot load the tokenizer: {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def build_scorer(cfg: RunConfig, registry: ComponentRegistry) -> RewardScorer:
+    """The run's scorer: its enabled verifiers under the ``[scoring]`` settings."""
+    return RewardScorer.from_config(
+        cfg.scoring,
+        verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
+    )
 
 
 def seed_everything(seed: int) -> None:

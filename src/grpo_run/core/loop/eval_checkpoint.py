@@ -15,9 +15,10 @@ from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
+from grpo_run.core.loop.build import build_scorer, load_tokenizer
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.traces import TraceWriter
-from grpo_run.core.plugins.families import ENGINE, VERIFIER
+from grpo_run.core.plugins.families import ENGINE
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.plugins.types import EngineContext
 from grpo_run.core.scoring.scorer import RewardScorer
@@ -61,17 +62,13 @@ def evaluate_checkpoint(
     """Greedy accuracy (and pass@k with ``eval.num_samples``) of ``checkpoint`` on the config's
     eval prompts. With ``output_dir``: writes ``eval_metrics.json`` there, and the completions to
     ``rollouts/eval_<step>.jsonl`` under it."""
-    from transformers import AutoTokenizer
-
     model_dir = model_dir_of(checkpoint)
     step = saved_step(model_dir)
     registry = host.registry
     rows = load_rows(cfg, registry)
     if not rows.eval:
         raise UserError(f"{cfg.run.name}: no eval rows: add [[data.eval]] sources (a [task] has its own)")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(cfg, str(model_dir))
     encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_token_length, cfg.data.apply_chat_template)
     prompts, _dropped = encoder.tokenise(rows.eval)
     if not prompts:
@@ -83,10 +80,7 @@ def evaluate_checkpoint(
         EngineContext(model_path=str(model_dir), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
                       device=resolve_device(cfg.model.device), seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
     )
-    scorer = RewardScorer.from_config(
-        cfg.scoring,
-        verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
-    )
+    scorer = build_scorer(cfg, registry)
     traces = None
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
