@@ -151,12 +151,24 @@ class RemoteEngine:
         try:
             return await ref
         except RayActorError as exc:
-            raise RunError(
-                f"{self.name} ({describe_actor(self.where)}) died during {what} "
-                f"(holding the weights of step {self.version}); the run stops (checkpoints written before are intact)"
-            ) from exc
+            raise self._died(what) from exc
         except RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
+
+    def _get(self, ref: Any, what: str) -> Any:
+        """``ray.get`` for the synchronous calls (checkpoint state), with the same naming on death."""
+        try:
+            return ray.get(ref)
+        except RayActorError as exc:
+            raise self._died(what) from exc
+        except RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+
+    def _died(self, what: str) -> RunError:
+        return RunError(
+            f"{self.name} ({describe_actor(self.where)}) died during {what} "
+            f"(holding the weights of step {self.version}); the run stops (checkpoints written before are intact)"
+        )
 
     def close(self) -> None:
         try:
@@ -170,10 +182,10 @@ class StatefulRemoteEngine(RemoteEngine):
     """A :class:`RemoteEngine` whose engine class is :class:`~grpo_run.Stateful`."""
 
     def state_dict(self) -> dict[str, Any]:
-        return ray.get(self.actor.state_dict.remote())
+        return self._get(self.actor.state_dict.remote(), "state_dict")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        ray.get(self.actor.load_state_dict.remote(dict(state)))
+        self._get(self.actor.load_state_dict.remote(dict(state)), "load_state_dict")
 
 
 def remote_engine(name: str, cls: type, actor: Any, where: Mapping[str, Any]) -> RemoteEngine:
