@@ -29,9 +29,9 @@ import torch
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
-from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
+from grpo_run.core.learner.attention import SequenceLayout
+from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
-from grpo_run.core.learner.entropy import KeepLogits, token_entropy
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, polyak_update
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, split_mini_batches
@@ -100,8 +100,8 @@ class Learner:
             world_size=self.world_size,
             reduce_sum=self.reduce_sum,
         )
-        # One block-diagonal mask per mini-batch, shared by the policy, old and reference forwards.
-        masks = [block_causal_mask(b.seq_ids, dtype=param.dtype) for b in mini_batches]
+        # One sequence layout per mini-batch, shared by the policy, old and reference forwards.
+        masks = [batch_layout(b) for b in mini_batches]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
@@ -144,27 +144,25 @@ class Learner:
     def _use_kl(self) -> bool:
         return self.beta > 0 and self.reference is not None and self.kl is not None
 
-    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, mask: torch.Tensor) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, mask: SequenceLayout) -> torch.Tensor:
         with torch.no_grad():
             return self._policy_logprobs(model, batch, mask)
 
-    def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: torch.Tensor) -> torch.Tensor:
-        return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
+    def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: SequenceLayout) -> torch.Tensor:
+        return completion_logprobs(model, batch, temperature=self.temperature, layout=attn_mask)[0]
 
-    def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
-        if not self.spec.algorithm.log_entropy:
-            return self._policy_logprobs(self.policy, batch, attn_mask), None
-        keeper = KeepLogits(self.policy)
-        logprobs = self._policy_logprobs(keeper, batch, attn_mask)
-        entropy = token_entropy(keeper.logits, temperature=self.temperature)
-        keeper.logits = None
-        return logprobs, entropy
+    def _forward(self, batch: PackedBatch, attn_mask: SequenceLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Policy log-probs of the loss tokens (with grad) and, when ``algorithm.log_entropy``, their
+        entropy (no grad); 0 elsewhere."""
+        return completion_logprobs(
+            self.policy, batch, temperature=self.temperature, layout=attn_mask,
+            entropy=self.spec.algorithm.log_entropy,
+        )
 
     def _update(
         self,
         batch: PackedBatch,
-        attn_mask: torch.Tensor,
+        attn_mask: SequenceLayout,
         old: torch.Tensor | None,
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
