@@ -76,6 +76,9 @@ class Learner:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
+        # The intra-op threads of the building thread (``train.num_threads``), re-applied in
+        # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
+        self.num_threads = torch.get_num_threads()
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
         """A detached copy of the policy weights, safe to hand to a generator while training goes on."""
@@ -87,6 +90,7 @@ class Learner:
         """One optimizer step per mini-batch, ``num_epochs`` times over the rollout batch."""
         alg = self.spec.algorithm
         start = time.perf_counter()
+        torch.set_num_threads(self.num_threads)
         param = next(self.policy.parameters())
         mini_batches = [
             b.to(param.device)
