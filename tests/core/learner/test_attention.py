@@ -75,8 +75,8 @@ def test_sequence_layout_by_hand() -> None:
     assert layout.cu_seqlens.tolist() == [0, 4, 7, 9] and layout.max_seqlen == 4
     first, second = layout.buckets
     assert (first.num_tokens, first.width) == (7, 4)
-    assert first.gather.tolist() == [[0, 1, 2, 3], [4, 5, 6, 4]]  # padding repeats the first token
-    assert first.valid.tolist() == [[True] * 4, [True, True, True, False]]
+    assert first.gather.tolist() == [0, 1, 2, 3, 4, 5, 6, 4]  # [2 x 4] slots; padding repeats a first token
+    assert first.valid.tolist() == [0, 1, 2, 3, 4, 5, 6]
     assert (second.num_tokens, second.width, second.gather, second.valid) == (2, 2, None, None)
 
 

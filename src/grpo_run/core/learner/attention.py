@@ -51,10 +51,10 @@ class Bucket:
     width: int
     """Longest sequence of the bucket: the padded length."""
     gather: torch.Tensor | None
-    """long ``[S_b, width]``: bucket-local token of each slot (padding slots repeat a real one);
-    None when every sequence has ``width`` tokens (then the tokens are just reshaped)."""
+    """long ``[S_b * width]``: bucket-local token of each slot, row-major (padding slots repeat a
+    real one); None when every sequence has ``width`` tokens (then the tokens are just reshaped)."""
     valid: torch.Tensor | None
-    """bool ``[S_b, width]``: the slot holds a token of its sequence (None with ``gather``)."""
+    """long ``[num_tokens]``: the slots holding a token of their sequence (None with ``gather``)."""
 
 
 @attrs.frozen(eq=False)
@@ -121,7 +121,8 @@ def sequence_layout(spans: Sequence[tuple[int, int, int]], row_length: int) -> S
             start = torch.cumsum(n, 0) - n
             valid = cols[None, :] < n[:, None]
             # Padding slots repeat the sequence's first token: any real value will do (never seen).
-            gather = torch.where(valid, start[:, None] + cols[None, :], start[:, None])
+            gather = torch.where(valid, start[:, None] + cols[None, :], start[:, None]).flatten()
+            valid = torch.nonzero(valid.flatten())[:, 0]
         buckets.append(Bucket(total, width, gather, valid))
     return SequenceLayout(
         token_index=torch.tensor(token_index, dtype=torch.long),
@@ -158,14 +159,14 @@ def varlen_attention(
     pieces = []
     splits = [b.num_tokens for b in layout.buckets]
     for bucket, qs, ks, vs in zip(layout.buckets, q.split(splits), k.split(splits), v.split(splits)):
+        shape = (-1, bucket.width, *qs.shape[1:])
         if bucket.gather is None:  # equal lengths: a reshape, no padding
-            shape = (-1, bucket.width, *qs.shape[1:])
             qb, kb, vb = (t.view(shape).transpose(1, 2) for t in (qs, ks, vs))  # [S_b, H, L_b, D]
-        else:
-            qb, kb, vb = (t[bucket.gather].transpose(1, 2) for t in (qs, ks, vs))
+        else:  # index_select, not t[index]: its backward is index_add_, much faster on CPU
+            qb, kb, vb = (t.index_select(0, bucket.gather).view(shape).transpose(1, 2) for t in (qs, ks, vs))
         ob = F.scaled_dot_product_attention(qb, kb, vb, dropout_p=dropout, is_causal=True, scale=scaling)
-        ob = ob.transpose(1, 2)  # [S_b, L_b, H, D]
-        pieces.append(ob.reshape(-1, *ob.shape[2:]) if bucket.gather is None else ob[bucket.valid])
+        ob = ob.transpose(1, 2).reshape(-1, *ob.shape[1:2], ob.shape[-1])  # [S_b * L_b, H, D]
+        pieces.append(ob if bucket.gather is None else ob.index_select(0, bucket.valid))
     return (torch.cat(pieces) if len(pieces) > 1 else pieces[0])[None]
 
 
