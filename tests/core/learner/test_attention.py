@@ -196,3 +196,12 @@ def test_flash_varlen_on_cuda_matches_bucketed_sdpa() -> None:
         for i, s in enumerate(seqs):
             r, a, b = batch.spans[i]
             torch.testing.assert_close(got[r, a:b].double(), unpacked(model32, s).to(got.device), rtol=0, atol=1e-4)
+
+
+def test_a_saved_switched_model_loads_with_its_original_attention(tmp_path) -> None:
+    """Checkpoints must stay loadable by transformers and vLLM: the switch is not saved."""
+    model = llama("sdpa")
+    assert enable_varlen_attention(model)
+    model.save_pretrained(tmp_path)
+    assert "grpo_varlen" not in (tmp_path / "config.json").read_text()
+    assert LlamaForCausalLM.from_pretrained(tmp_path).config._attn_implementation == "sdpa"
