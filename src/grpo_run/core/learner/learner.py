@@ -105,17 +105,17 @@ class Learner:
             reduce_sum=self.reduce_sum,
         )
         # One sequence layout per mini-batch, shared by the policy, old and reference forwards.
-        masks = [batch_layout(b) for b in mini_batches]
+        layouts = [batch_layout(b) for b in mini_batches]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
-        old = [self._logprobs(self.policy, b, m) if recompute_old else None for b, m in zip(mini_batches, masks)]
-        refs = [self._logprobs(self.reference, b, m) if self._use_kl else None for b, m in zip(mini_batches, masks)]
+        old = [self._logprobs(self.policy, b, lay) if recompute_old else None for b, lay in zip(mini_batches, layouts)]
+        refs = [self._logprobs(self.reference, b, lay) if self._use_kl else None for b, lay in zip(mini_batches, layouts)]
         totals: dict[str, float] = {}
         updates = 0
         for _ in range(alg.num_epochs):
             for i, batch in enumerate(mini_batches):
-                for k, v in self._update(batch, masks[i], old[i], refs[i], normaliser).items():
+                for k, v in self._update(batch, layouts[i], old[i], refs[i], normaliser).items():
                     totals[k] = totals.get(k, 0.0) + v
                 updates += 1
         self._finish_step()
@@ -148,31 +148,31 @@ class Learner:
     def _use_kl(self) -> bool:
         return self.beta > 0 and self.reference is not None and self.kl is not None
 
-    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, mask: SequenceLayout) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
         with torch.no_grad():
-            return self._policy_logprobs(model, batch, mask)
+            return self._policy_logprobs(model, batch, layout)
 
-    def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: SequenceLayout) -> torch.Tensor:
-        return completion_logprobs(model, batch, temperature=self.temperature, layout=attn_mask)[0]
+    def _policy_logprobs(self, model: Any, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
+        return completion_logprobs(model, batch, temperature=self.temperature, layout=layout)[0]
 
-    def _forward(self, batch: PackedBatch, attn_mask: SequenceLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(self, batch: PackedBatch, layout: SequenceLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs of the loss tokens (with grad) and, when ``algorithm.log_entropy``, their
         entropy (no grad); 0 elsewhere."""
         return completion_logprobs(
-            self.policy, batch, temperature=self.temperature, layout=attn_mask,
+            self.policy, batch, temperature=self.temperature, layout=layout,
             entropy=self.spec.algorithm.log_entropy,
         )
 
     def _update(
         self,
         batch: PackedBatch,
-        attn_mask: SequenceLayout,
+        layout: SequenceLayout,
         old: torch.Tensor | None,
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
         alg, kl_cfg = self.spec.algorithm, self.spec.kl
-        logprobs, entropy = self._forward(batch, attn_mask)
+        logprobs, entropy = self._forward(batch, layout)
         mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
         if alg.use_engine_logprobs_as_old:
             old = batch.engine_logprobs
