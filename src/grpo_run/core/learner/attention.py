@@ -162,12 +162,52 @@ def varlen_attention(
         shape = (-1, bucket.width, *qs.shape[1:])
         if bucket.gather is None:  # equal lengths: a reshape, no padding
             qb, kb, vb = (t.view(shape).transpose(1, 2) for t in (qs, ks, vs))  # [S_b, H, L_b, D]
-        else:  # index_select, not t[index]: its backward is index_add_, much faster on CPU
-            qb, kb, vb = (t.index_select(0, bucket.gather).view(shape).transpose(1, 2) for t in (qs, ks, vs))
+        else:
+            qb, kb, vb = (_ToSlots.apply(t, bucket.gather, bucket.valid).view(shape).transpose(1, 2)
+                          for t in (qs, ks, vs))
         ob = F.scaled_dot_product_attention(qb, kb, vb, dropout_p=dropout, is_causal=True, scale=scaling)
         ob = ob.transpose(1, 2).reshape(-1, *ob.shape[1:2], ob.shape[-1])  # [S_b * L_b, H, D]
-        pieces.append(ob if bucket.gather is None else ob.index_select(0, bucket.valid))
+        pieces.append(ob if bucket.gather is None else _FromSlots.apply(ob, bucket.gather, bucket.valid))
     return (torch.cat(pieces) if len(pieces) > 1 else pieces[0])[None]
+
+
+class _ToSlots(torch.autograd.Function):
+    """Tokens ``[n, ...]`` -> padded slots ``[S * L, ...]`` (``x[gather]``), with a gather backward.
+
+    Autograd's own backward of a gather is a scatter-add (``index_add_``), which is slow on CPU
+    and collapses with 2+ threads (47% of a learner step at 2 threads in a profile). Here every
+    token has exactly one real slot (``valid``, in token order) and the gradient of a padding
+    slot is zero -- no real query attends to it causally and its own output is dropped (see
+    :class:`_FromSlots`) -- so the backward is the gather ``grad[valid]``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, gather, valid):
+        ctx.save_for_backward(valid)
+        return x.index_select(0, gather)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (valid,) = ctx.saved_tensors
+        return grad.index_select(0, valid), None, None
+
+
+class _FromSlots(torch.autograd.Function):
+    """Padded slots -> tokens (``y[valid]``); backward: ``grad[gather]`` with padding slots zeroed
+    (a gather, not a scatter: ``gather`` maps each real slot back to its token)."""
+
+    @staticmethod
+    def forward(ctx, y, gather, valid):
+        ctx.save_for_backward(gather, valid)
+        ctx.num_slots = y.shape[0]
+        return y.index_select(0, valid)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gather, valid = ctx.saved_tensors
+        keep = torch.zeros(ctx.num_slots, dtype=grad.dtype, device=grad.device)
+        keep[valid] = 1
+        return grad.index_select(0, gather) * keep.view(-1, *[1] * (grad.dim() - 1)), None, None
 
 
 def _flash_varlen_usable(q: torch.Tensor) -> bool:
