@@ -12,7 +12,7 @@ Modes, each the same objective (sum of advantage-weighted completion log-probs, 
 ``dense``   : packed rows with the 4D block-causal mask (the path before varlen);
 ``padded``  : one sequence per row, right-padded to the longest, 2D padding mask -- what a
               padding trainer (TRL) does.
-Prints real tokens/s per mode (median of ``--repeats`` after a warm-up) and the fp32 matmul floor
+Prints real tokens/s per mode (median of ``--repeats``, modes taking turns, after a warm-up) and the fp32 matmul floor
 (tokens/s at 6 x params FLOP per token). Asserts nothing.
 """
 
@@ -90,14 +90,18 @@ def padded_inputs(seqs):
     return ids, attn, completion, adv
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def timed_round_robin(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, the functions taking turns (a drifting machine speed
+    then hits every mode alike); one untimed warm-up call each."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> int:
@@ -130,9 +134,11 @@ def main() -> int:
         "dense": lambda: step_packed(model, batch, layout, dense=True),
         "padded": lambda: step_padded(model, *padded_inputs(seqs)),
     }
-    for mode in args.modes.split(","):
-        seconds = timed(lambda: (runs[mode](), model.zero_grad(set_to_none=True)), args.repeats)
+    chosen = {mode: (lambda run=runs[mode]: (run(), model.zero_grad(set_to_none=True))) for mode in args.modes.split(",")}
+    for mode, seconds in timed_round_robin(chosen, args.repeats).items():
         print(f"{mode:<8} {seconds:7.3f} s  {real / seconds:9,.0f} tokens/s  {real / seconds / floor:6.1%} of floor")
+    floor_after = matmul_gflops(args.threads) * 1e9 / (6 * params)
+    print(f"fp32 floor measured again after the runs: {floor_after:,.0f} tokens/s")
     return 0
 
 
