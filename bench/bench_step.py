@@ -1,7 +1,7 @@
 """Speed of one training step on the embedded task; prints figures, asserts nothing.
 
     python bench/bench_step.py [--preset embedded|bench-small] [--steps N] [--async-steps K]
-                               [--autocast bfloat16] [--lora-rank R]
+                               [--autocast bfloat16] [--lora-rank R] [--threads T] [--engine-threads E]
 
 ``embedded``   : the shipped tiny-arithmetic model and examples/arithmetic.toml settings.
 ``bench-small``: DESIGN.md's reference point -- Llama-style h256, 4 layers, 4 heads, char vocab,
@@ -61,6 +61,8 @@ def main() -> int:
     parser.add_argument("--async-steps", type=int, default=1)
     parser.add_argument("--autocast", choices=["none", "bfloat16"], default="none")
     parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: full)")
+    parser.add_argument("--threads", type=int, default=0, help="train.num_threads (0: torch's default)")
+    parser.add_argument("--engine-threads", type=int, default=0, help="the hf engine's num_threads (0: its default)")
     args = parser.parse_args()
 
     from grpo_run.core.config import parse_config
@@ -70,18 +72,24 @@ def main() -> int:
     host = build_plugin_host()
     if args.preset == "bench-small":
         _register_bench_model(host)
-    cfg = parse_config(_config(args.preset, args.steps, args.async_steps, args.autocast, args.lora_rank),
-                       host.registry, source="bench")
+    data = _config(args.preset, args.steps, args.async_steps, args.autocast, args.lora_rank)
+    data["train"]["num_threads"] = args.threads
+    if args.engine_threads:
+        data["engine"] = {"name": "hf", "num_threads": args.engine_threads}
+    cfg = parse_config(data, host.registry, source="bench")
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["step"] >= 2]  # step 1 pays one-off costs
     med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)  # noqa: E731
     print(f"preset {args.preset}, async_steps {args.async_steps}, autocast {args.autocast}, "
-          f"lora rank {args.lora_rank or '-'}, {len(rows)} timed steps")
+          f"lora rank {args.lora_rank or '-'}, threads {args.threads or 'default'}, "
+          f"engine threads {args.engine_threads or 'default'}, {len(rows)} timed steps")
     print(f"seconds per step          {med('perf/step_s'):8.3f}")
     print(f"generation seconds/step   {med('perf/generation_s'):8.3f}")
     print(f"learner seconds/step      {med('perf/learner_s'):8.3f}")
+    other = statistics.median(r["perf/step_s"] - r["perf/generation_s"] - r["perf/learner_s"] for r in rows)
+    print(f"other seconds/step        {other:8.3f}  (packing, weight sync, metrics, waiting)")
     print(f"generated tokens/s        {med('perf/generation_tokens_per_s'):8.0f}")
     print(f"learner tokens/s          {med('perf/learner_tokens_per_s'):8.0f}")
     print(f"packing efficiency (run)  {med('packing/packed_ratio'):8.3f}")

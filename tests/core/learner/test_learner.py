@@ -142,8 +142,8 @@ def test_several_updates_use_the_pre_update_policy_as_old() -> None:
     learner.train_step(seqs)
     assert len(spy.calls) == 4  # 2 epochs x 2 mini-batches
     batches = split_mini_batches(seqs, 2, 16, 0)
-    with torch.no_grad():
-        expected = [packed_token_logprobs(initial, b) for b in batches]
+    with torch.no_grad():  # the learner computes log-probs of the loss tokens only (0 elsewhere)
+        expected = [packed_token_logprobs(initial, b) * b.completion_mask for b in batches]
     for i, call in enumerate(spy.calls):
         torch.testing.assert_close(call.old_logprobs, expected[i % 2], rtol=0, atol=1e-6)
     # The first update sees the unchanged policy; every later one a moved policy.

@@ -13,7 +13,7 @@ from support.learner import make_seqs, make_spec, tiny_model
 
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.learner import Learner
-from grpo_run.core.learner.logprobs import block_causal_mask
+from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import ModelSpec, resolve_device
 from grpo_run.core.rollout.packing import pack_sequences
@@ -35,10 +35,10 @@ def test_autocast_runs_matmuls_in_bf16_over_fp32_weights() -> None:
     seen: list[torch.dtype] = []
     mixed.policy.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     batch = batch_of(make_seqs(6))
-    mask = block_causal_mask(batch.seq_ids)
+    layout = batch_layout(batch)
     with torch.no_grad():
-        low = mixed._policy_logprobs(mixed.policy, batch, mask)
-        high = full._policy_logprobs(full.policy, batch, mask)
+        low = mixed._policy_logprobs(mixed.policy, batch, layout)
+        high = full._policy_logprobs(full.policy, batch, layout)
     assert seen == [torch.bfloat16]
     assert low.dtype == torch.float32
     diff = (low - high).abs().max().item()
@@ -53,13 +53,13 @@ def test_autocast_keeps_packed_sequences_apart() -> None:
     seqs = make_seqs(5)
     together = batch_of(seqs)
     with torch.no_grad():
-        packed = learner._policy_logprobs(learner.policy, together, block_causal_mask(together.seq_ids))
+        packed = learner._policy_logprobs(learner.policy, together, batch_layout(together))
         for index, seq in enumerate(seqs):  # packed sequences are numbered by their input position
             alone = batch_of([seq])
-            single = learner._policy_logprobs(learner.policy, alone, block_causal_mask(alone.seq_ids))
-            row, cols = (together.seq_ids == index).nonzero(as_tuple=True)
-            expected = single[alone.seq_ids == 0]
-            assert len(expected) == len(seq.prompt_ids) + len(seq.completion_ids)
+            single = learner._policy_logprobs(learner.policy, alone, batch_layout(alone))
+            row, cols = ((together.seq_ids == index) & together.completion_mask).nonzero(as_tuple=True)
+            expected = single[(alone.seq_ids == 0) & alone.completion_mask]
+            assert len(expected) == len(seq.completion_ids)
             # Same bf16 kernels on the same values (measured: identical); attention leaking across
             # sequences moves these log-probs by ~0.017 on this model.
             torch.testing.assert_close(packed[row, cols], expected, rtol=0, atol=1e-5)
@@ -79,7 +79,7 @@ def test_activation_checkpointing_uses_the_current_api_and_same_gradients(tiny_m
             learner = build_learner(spec)
         batch = batch_of(make_seqs(6))
         learner.policy.train()
-        logprobs = learner._policy_logprobs(learner.policy, batch, block_causal_mask(batch.seq_ids))
+        logprobs = learner._policy_logprobs(learner.policy, batch, batch_layout(batch))
         (logprobs * batch.completion_mask).sum().backward()
         return {n: p.grad.clone() for n, p in learner.policy.named_parameters()}
 

@@ -86,3 +86,62 @@ def test_weight_update_changes_output_and_version(engine, model_dir):
     assert after[0][0].policy_version == 7
     assert [c[0].logprobs for c in before] != [c[0].logprobs for c in after]
     aio.run(engine.update_weights(state, version=8))  # leave the shared fixture as it was
+
+
+def test_greedy_output_equals_plain_generate_token_for_token(engine, model_dir):
+    """Prefilling each prompt once and repeating its cache changes no greedy token: the engine's
+    output equals transformers' own ``generate`` fed every sample's prompt (left-padded)."""
+    tok = engine.tokenizer
+    texts = ["1+2", "30+41", "7", "12+3+4+5", "9+9"]
+    prompts = [tok(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                           tokenize=False), add_special_tokens=False)["input_ids"] for t in texts]
+    n = 3
+    out = engine.generate_sync(prompts, SamplingParams(n=n, max_new_tokens=12, greedy=True))
+    flat = [p for p in prompts for _ in range(n)]
+    width = max(map(len, flat))
+    ids = torch.tensor([[engine.pad_token_id] * (width - len(p)) + p for p in flat])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in flat])
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = reference.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                                  eos_token_id=engine.eos_token_id, pad_token_id=engine.pad_token_id)[:, width:]
+    for row, comp in enumerate(c for group in out for c in group):
+        expected = want[row].tolist()
+        if engine.eos_token_id in expected:
+            expected = expected[: expected.index(engine.eos_token_id) + 1]
+        assert list(comp.token_ids) == expected, row
+
+
+def test_sample_chunks_keep_a_prompts_samples_together():
+    from grpo_run.plugins.engines.hf import sample_chunks
+
+    assert sample_chunks(3, 4, 8) == [[(0, 4), (1, 4)], [(2, 4)]]
+    assert sample_chunks(2, 3, 8) == [[(0, 3), (1, 3)]]
+    # More samples than fit in one call: the prompt's samples are split, calls are filled.
+    assert sample_chunks(2, 5, 4) == [[(0, 4)], [(0, 1), (1, 3)], [(1, 2)]]
+    for num_prompts, n, size in [(16, 8, 256), (5, 7, 10), (1, 1, 1)]:
+        chunks = sample_chunks(num_prompts, n, size)
+        assert all(sum(k for _, k in c) <= size for c in chunks)
+        totals = [0] * num_prompts
+        for c in chunks:
+            for i, k in c:
+                totals[i] += k
+        assert totals == [n] * num_prompts
+
+
+def test_generation_threads_are_set_per_call_and_restored(engine):
+    before = torch.get_num_threads()
+    seen = []
+    original = engine.model.generate
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    engine.model.generate = spy
+    try:
+        engine.generate_sync(_prompts(engine)[:1], SamplingParams(n=1, max_new_tokens=2, greedy=True))
+    finally:
+        del engine.model.generate
+    assert seen == [engine.num_threads] and torch.get_num_threads() == before
+    assert engine.num_threads == max(1, before // 2)

@@ -1,27 +1,9 @@
-"""The ``policy/entropy`` metric: entropy of the policy's next-token distribution on loss tokens."""
+"""Entropy of the next-token distribution over full ``[R, L, V]`` logits: the reference the
+learner's chunked, completion-only entropy (``policy/entropy``, in :mod:`.logprobs`) is tested against."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-
-
-class KeepLogits:
-    """Wraps a model so the logits of its last forward stay reachable (for the entropy metric)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.dtype = getattr(model, "dtype", torch.float32)
-        self.logits: torch.Tensor | None = None
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def __call__(self, **kwargs: Any) -> Any:
-        out = self.model(**kwargs)
-        self.logits = out.logits
-        return out
 
 
 @torch.no_grad()

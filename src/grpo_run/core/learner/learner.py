@@ -31,9 +31,9 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
-from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
+from grpo_run.core.learner.attention import SequenceLayout
+from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
-from grpo_run.core.learner.entropy import KeepLogits, token_entropy
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.learner.strategies.base import Strategy
@@ -77,6 +77,9 @@ class Learner:
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
+        # The intra-op threads of the building thread (``train.num_threads``), re-applied in
+        # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
+        self.num_threads = torch.get_num_threads()
 
     def weights_snapshot(self) -> dict[str, torch.Tensor]:
         """A detached copy of the policy weights, safe to hand to a generator while training goes on
@@ -96,6 +99,7 @@ class Learner:
         """One optimizer step per mini-batch, ``num_epochs`` times over the rollout batch."""
         alg = self.spec.algorithm
         start = time.perf_counter()
+        torch.set_num_threads(self.num_threads)
         param = next(self.policy.parameters())
         mini_batches = [
             b.to(param.device)
@@ -109,18 +113,18 @@ class Learner:
             world_size=self.strategy.world_size,
             reduce_sum=self.strategy.reduce_sum,
         )
-        # One block-diagonal mask per mini-batch, shared by the policy, old and reference forwards.
-        masks = [block_causal_mask(b.seq_ids, dtype=param.dtype) for b in mini_batches]
+        # One sequence layout per mini-batch, shared by the policy, old and reference forwards.
+        layouts = [batch_layout(b) for b in mini_batches]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
-        old = [self._logprobs(self.policy, b, m) if recompute_old else None for b, m in zip(mini_batches, masks)]
-        refs = [self._logprobs(self.reference, b, m) if self._use_kl else None for b, m in zip(mini_batches, masks)]
+        old = [self._logprobs(self.policy, b, lay) if recompute_old else None for b, lay in zip(mini_batches, layouts)]
+        refs = [self._logprobs(self.reference, b, lay) if self._use_kl else None for b, lay in zip(mini_batches, layouts)]
         totals: dict[str, float] = {}
         counts: dict[str, int] = {}
         for _ in range(alg.num_epochs):
             for i, batch in enumerate(mini_batches):
-                for k, v in self._update(batch, masks[i], old[i], refs[i], normaliser).items():
+                for k, v in self._update(batch, layouts[i], old[i], refs[i], normaliser).items():
                     if is_idle(batch) and k not in _IDLE_METRICS:
                         continue  # a rank's idle batch has no loss tokens to measure
                     totals[k] = totals.get(k, 0.0) + v
@@ -158,36 +162,36 @@ class Learner:
     def _use_kl(self) -> bool:
         return self.beta > 0 and self.reference is not None and self.kl is not None
 
-    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, mask: torch.Tensor) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
         with torch.no_grad():
-            return self._policy_logprobs(model, batch, mask)
+            return self._policy_logprobs(model, batch, layout)
 
-    def _policy_logprobs(self, model: Any, batch: PackedBatch, attn_mask: torch.Tensor) -> torch.Tensor:
+    def _policy_logprobs(self, model: Any, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
+        return self._scored(model, batch, layout, entropy=False)[0]
+
+    def _forward(self, batch: PackedBatch, layout: SequenceLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Policy log-probs of the loss tokens (with grad) and, when ``algorithm.log_entropy``, their
+        entropy (no grad); 0 elsewhere."""
+        return self._scored(self.strategy.train_module, batch, layout, entropy=self.spec.algorithm.log_entropy)
+
+    def _scored(
+        self, model: Any, batch: PackedBatch, layout: SequenceLayout, *, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
         region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
         with region:
-            return packed_token_logprobs(model, batch, temperature=self.temperature, attention_mask=attn_mask)
-
-    def _forward(self, batch: PackedBatch, attn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Policy log-probs (with grad) and, when ``algorithm.log_entropy``, per-token entropy (no grad)."""
-        if not self.spec.algorithm.log_entropy:
-            return self._policy_logprobs(self.strategy.train_module, batch, attn_mask), None
-        keeper = KeepLogits(self.strategy.train_module)
-        logprobs = self._policy_logprobs(keeper, batch, attn_mask)
-        entropy = token_entropy(keeper.logits, temperature=self.temperature)
-        keeper.logits = None
-        return logprobs, entropy
+            return completion_logprobs(model, batch, temperature=self.temperature, layout=layout, entropy=entropy)
 
     def _update(
         self,
         batch: PackedBatch,
-        attn_mask: torch.Tensor,
+        layout: SequenceLayout,
         old: torch.Tensor | None,
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
         alg, kl_cfg = self.spec.algorithm, self.spec.kl
-        logprobs, entropy = self._forward(batch, attn_mask)
+        logprobs, entropy = self._forward(batch, layout)
         mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
         if alg.use_engine_logprobs_as_old:
             old = batch.engine_logprobs

@@ -1,16 +1,21 @@
 """Per-token log-probs of a causal LM over packed rows, with sequences isolated from each other.
 
-Isolation uses an explicit 4D additive block-diagonal causal mask (0 = attend, ``finfo.min`` =
-blocked) built from ``seq_ids``. Why not rely on restarting ``position_ids``: transformers 5.x
-only detects packed sequences from ``position_ids`` when there is no KV cache, and
-``config.use_cache`` defaults to True even in ``train()``; then sequences silently attend to each
-other. A 4D mask is passed through unchanged by transformers' mask creation and honoured by both
-the ``sdpa`` and ``eager`` attention; it has to be *float additive* because eager adds it to the
-scores and would misread a bool mask. ``position_ids`` are still passed (RoPE needs the restarts)
-and ``use_cache=False`` too (no cache is wanted in a learner forward).
+Two ways to keep sequences apart, chosen per model:
 
-Cost: the mask is ``[R, 1, L, L]`` in the model's dtype (1 MiB per 512-token fp32 row); for very
-long rows on GPU, flash-attention varlen via ``position_ids`` is the better route.
+* **varlen** (the default where the model supports it, see :mod:`.attention`): the rows are
+  flattened into one stream of real tokens and attention runs per sequence -- no padding tokens
+  through the layers, no ``O(L_row^2)`` mask, fused causal kernels.
+* **dense**: an explicit 4D additive block-diagonal causal mask built from ``seq_ids`` (0 =
+  attend, ``finfo.min`` = blocked), for models that cannot take a custom attention function, or
+  when the caller passes a mask. It has to be *float additive* because eager attention adds it to
+  the scores and would misread a bool mask. Why not rely on restarting ``position_ids``:
+  transformers 5.x only detects packed sequences from them when there is no KV cache, and
+  ``config.use_cache`` defaults to True even in ``train()``; then sequences silently attend to
+  each other. ``position_ids`` are still passed (RoPE needs the restarts), ``use_cache=False`` too.
+
+Logits are computed only where a log-prob is asked for (``logits_to_keep``), and the log-softmax
+is taken as gathered logit minus logsumexp over chunks of positions, so no full ``[tokens, V]``
+log-softmax copy (or fp32 upcast of bf16 logits) exists at once.
 """
 
 from __future__ import annotations
@@ -19,7 +24,17 @@ from typing import Any
 
 import torch
 
+from grpo_run.core.learner.attention import (
+    LAYOUT_KWARG,
+    SequenceLayout,
+    enable_varlen_attention,
+    sequence_layout,
+    varlen_forward,
+)
 from grpo_run.core.rollout.packing import PackedBatch
+
+LOGSUMEXP_CHUNK = 2048
+"""Positions per logsumexp chunk: bounds the fp32 temporaries at ``2048 x V``."""
 
 
 def block_causal_mask(seq_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -38,27 +53,45 @@ def block_causal_mask(seq_ids: torch.Tensor, dtype: torch.dtype = torch.float32)
     return mask[:, None]
 
 
+def batch_layout(batch: PackedBatch) -> SequenceLayout:
+    """The varlen layout of ``batch`` (build it once for several forwards of the same batch)."""
+    return sequence_layout(batch.spans, batch.row_length).to(batch.input_ids.device)
+
+
 def token_logprobs_from_logits(
     logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float = 1.0
 ) -> torch.Tensor:
     """``out[r, t] = log softmax(logits[r, t-1] / temperature)[input_ids[r, t]]``; ``out[:, 0] = 0``.
 
     ``logits``: ``[R, L, V]``, ``input_ids``: long ``[R, L]``; returns float32 ``[R, L]``.
-    Computed as gathered logit minus logsumexp, one row at a time, so no full ``[R, L, V]``
-    log-softmax copy (or fp32 upcast of bf16 logits) exists at once.
     """
     num_rows, length = input_ids.shape
     if length < 2 or num_rows == 0:
         return logits.new_zeros((num_rows, length), dtype=torch.float32)
-    targets = input_ids[:, 1:]
-    rows = []
-    for r in range(num_rows):
-        row = logits[r, :-1].float()  # [L-1, V]; no copy when already fp32
+    picked = [_picked_logprobs(logits[r, :-1], input_ids[r, 1:], temperature) for r in range(num_rows)]
+    return torch.nn.functional.pad(torch.stack(picked), (1, 0))  # nothing predicts position 0
+
+
+def _picked_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``[K, V]`` logits and ``[K]`` targets -> float32 ``[K]`` log-probs, chunked over K."""
+    out = []
+    for start in range(0, max(1, logits.shape[0]), LOGSUMEXP_CHUNK):
+        chunk = logits[start : start + LOGSUMEXP_CHUNK].float()  # no copy when already fp32
         if temperature != 1.0:
-            row = row / temperature
-        picked = row.gather(-1, targets[r, :, None]).squeeze(-1)  # [L-1]
-        rows.append(picked - torch.logsumexp(row, dim=-1))
-    return torch.nn.functional.pad(torch.stack(rows), (1, 0))  # nothing predicts position 0
+            chunk = chunk / temperature
+        picked = chunk.gather(-1, targets[start : start + LOGSUMEXP_CHUNK, None]).squeeze(-1)
+        out.append(picked - torch.logsumexp(chunk, dim=-1))
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+@torch.no_grad()
+def _entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy of ``softmax(logits / temperature)`` per row of ``[K, V]``: ``log Z - sum p z``."""
+    out = []
+    for start in range(0, max(1, logits.shape[0]), LOGSUMEXP_CHUNK):
+        z = logits[start : start + LOGSUMEXP_CHUNK].detach().float() / temperature
+        out.append(torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(-1))
+    return torch.cat(out) if len(out) > 1 else out[0]
 
 
 def packed_token_logprobs(
@@ -67,34 +100,99 @@ def packed_token_logprobs(
     *,
     temperature: float = 1.0,
     attention_mask: torch.Tensor | None = None,
+    layout: SequenceLayout | None = None,
 ) -> torch.Tensor:
     """Log-prob of every token of ``batch`` under ``model``, each sequence seeing only itself.
 
-    ``model`` is a transformers causal LM (Llama-style: takes ``input_ids``, ``attention_mask``,
-    ``position_ids``; returns ``.logits``). ``temperature`` must be the sampling temperature, so
-    the result is comparable with the engine's log-probs. ``attention_mask`` may pass a
-    :func:`block_causal_mask` of ``batch.seq_ids`` built once for several forwards of the same
-    batch (policy, old policy, reference); by default it is built here.
+    ``model`` is a transformers causal LM (takes ``input_ids``, ``position_ids``,
+    ``logits_to_keep``; returns ``.logits``). ``temperature`` must be the sampling temperature,
+    so the result is comparable with the engine's log-probs. ``attention_mask`` (a
+    :func:`block_causal_mask` of ``batch.seq_ids``) forces the dense path; ``layout`` (from
+    :func:`batch_layout`) may be built once for several forwards of the same batch.
 
     Returns float32 ``[R, L]``: at ``t``, ``log p(input_ids[t] | earlier tokens of its sequence)``;
     0 at each sequence's first token and on padding (there is no prediction there).
     """
+    logprobs, _ = _scored(model, batch, batch.seq_ids >= 0, temperature, attention_mask, layout, False)
+    return logprobs
+
+
+def completion_logprobs(
+    model: Any,
+    batch: PackedBatch,
+    *,
+    temperature: float = 1.0,
+    layout: SequenceLayout | None = None,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and, with ``entropy``, the no-grad entropy of the predicting distribution) of
+    the tokens in ``batch.completion_mask`` only: float32 ``[R, L]``, 0 elsewhere. Equal to
+    :func:`packed_token_logprobs` on the mask; logits exist only for those tokens."""
+    return _scored(model, batch, batch.completion_mask, temperature, None, layout, entropy)
+
+
+def _scored(
+    model: Any,
+    batch: PackedBatch,
+    wanted: torch.Tensor,
+    temperature: float,
+    attention_mask: torch.Tensor | None,
+    layout: SequenceLayout | None,
+    entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    dtype = getattr(model, "dtype", torch.float32)
+    if attention_mask is None and enable_varlen_attention(model):
+        logits, targets, where = _varlen_logits(model, batch, wanted, layout, device)
+    else:
+        logits, targets, where = _dense_logits(model, batch, wanted, attention_mask, device)
+    flat = batch.input_ids.numel()
+    logprobs = torch.zeros(flat, dtype=torch.float32, device=device)
+    logprobs = logprobs.index_put((where,), _picked_logprobs(logits, targets, temperature))
+    ent = None
+    if entropy:
+        ent = torch.zeros(flat, dtype=torch.float32, device=device)
+        ent[where] = _entropy(logits, temperature)
+        ent = ent.view(batch.input_ids.shape)
+    return logprobs.view(batch.input_ids.shape), ent
+
+
+def _varlen_logits(
+    model: Any, batch: PackedBatch, wanted: torch.Tensor, layout: SequenceLayout | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Logits ``[K, V]`` predicting the wanted tokens, their ids ``[K]`` and flat positions ``[K]``."""
+    layout = (layout if layout is not None else batch_layout(batch)).to(device)
+    stream = batch.input_ids.to(device).flatten()[layout.token_index]  # [T]
+    # A wanted token with a predecessor in its sequence is predicted by the stream position before it.
+    targets = torch.nonzero(wanted.to(device).flatten()[layout.token_index] & (layout.position_ids[0] > 0))[:, 0]
+    with varlen_forward():
+        logits = model(
+            input_ids=stream[None],
+            position_ids=layout.position_ids,
+            use_cache=False,
+            logits_to_keep=targets - 1,
+            **{LAYOUT_KWARG: layout},
+        ).logits[0]
+    return logits, stream[targets], layout.token_index[targets]
+
+
+def _dense_logits(
+    model: Any, batch: PackedBatch, wanted: torch.Tensor, attention_mask: torch.Tensor | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     input_ids = batch.input_ids.to(device)
     seq_ids = batch.seq_ids.to(device)
     if attention_mask is None:
-        attention_mask = block_causal_mask(seq_ids, dtype)
+        attention_mask = block_causal_mask(seq_ids, getattr(model, "dtype", torch.float32))
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask.to(device),
         position_ids=batch.position_ids.to(device),
         use_cache=False,
     ).logits
-    logprobs = token_logprobs_from_logits(logits, input_ids, temperature=temperature)
     # A prediction exists where the previous token belongs to the same (real) sequence.
     has_prev = torch.zeros_like(seq_ids, dtype=torch.bool)
     has_prev[:, 1:] = (seq_ids[:, 1:] == seq_ids[:, :-1]) & (seq_ids[:, 1:] >= 0)
-    return torch.where(has_prev, logprobs, torch.zeros_like(logprobs))
+    where = torch.nonzero((wanted.to(device) & has_prev).flatten())[:, 0]
+    predicting = logits.flatten(0, 1)[where - 1]  # the previous position of the same row
+    return predicting, input_ids.flatten()[where], where

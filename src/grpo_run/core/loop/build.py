@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 from pathlib import Path
 from typing import Any
@@ -132,24 +133,31 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         log.warning("prompts_too_long_dropped", count=prompts.dropped,
                     max_prompt_token_length=cfg.data.max_prompt_token_length)
 
+    scorer = build_scorer(cfg, registry)
     placement = build_placement(cfg)
     learner: LearnerGroup | None = None
-    try:
-        spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
-        learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
-        engine = placement.engines(
-            registry.get(ENGINE, cfg.engine.name),
-            cfg.engine.config,
-            EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=spec.model.torch_dtype,
-                          device=spec.model.device, seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
-            cfg.engine.num_engines,
-        )
-    except BaseException:
-        if learner is not None:
-            learner.close()
-        placement.close()
-        raise
-    scorer = build_scorer(cfg, registry)
+    # Scoring workers start (separate processes) while the models load, not at the first score.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scorer-start") as starter:
+        scorer_started = starter.submit(scorer.start)
+        try:
+            spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
+            learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
+            engine = placement.engines(
+                registry.get(ENGINE, cfg.engine.name),
+                cfg.engine.config,
+                EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=spec.model.torch_dtype,
+                              device=spec.model.device, seed=cfg.run.seed,
+                              attn_implementation=cfg.model.attn_implementation),
+                cfg.engine.num_engines,
+            )
+            scorer_started.result()  # re-raises a failed start
+        except BaseException:
+            concurrent.futures.wait([scorer_started])
+            scorer.close()
+            if learner is not None:
+                learner.close()
+            placement.close()
+            raise
     sampler = registry.get(SAMPLER, cfg.sampler.name)(cfg.sampler.config, prompts.train, cfg.run.seed)
     trackers = [registry.get(TRACKER, name)(conf, str(run_dir)) for name, conf in cfg.trackers.items()]
     r = cfg.rollout

@@ -20,6 +20,7 @@ run saves a checkpoint after the last finished step -- as exact as a scheduled o
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,17 @@ class _LastMetrics:
         pass
 
 
+def _name_deepspeeds_accelerator() -> None:
+    """Where DeepSpeed is installed, transformers' ``save_pretrained`` imports it (through
+    accelerate) even in a run that does not use it, and on a machine without CUDA its accelerator
+    auto-detection prints a warning line into the run's output. Naming the CPU accelerator (what it
+    would detect) keeps it quiet; a ``DS_ACCELERATOR`` set by the user wins."""
+    import torch
+
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def train(
     cfg: RunConfig, host: PluginHost, run_dir: Path, *, resume_from: str | Path | None = None,
     overwrite: bool = False,
@@ -99,6 +111,7 @@ def train(
     start again in a ``run_dir`` that holds an earlier run (otherwise a :class:`UserError`).
     Raises :class:`~grpo_run.core.loop.signals.RunInterrupted` after a SIGINT/SIGTERM.
     """
+    _name_deepspeeds_accelerator()
     damaged: list[str] = []
     checkpoint, trainer_state, start_step = _resume_point(cfg, resume_from, damaged.append)
     notes = prepare_run_dir(run_dir, checkpoints_dir(cfg, run_dir),

@@ -99,47 +99,83 @@ class RolloutProducer:
     async def _round(
         self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics, clock: _BatchClock
     ) -> list[RolloutGroup]:
+        """Generate and score one group per row; groups come back in row order.
+
+        Groups are scored in batches: every group that has arrived while the previous scorer call
+        ran goes into the next call, so a streaming engine's groups are scored while the rest
+        generate, yet a call that returns many groups at once costs one scorer round trip (large
+        worker chunks), not one per group. ``clock.tail_s`` gains the scoring left after the last
+        group arrived.
+        """
         prompt_ids = [self.encoder.encode(r) for r in rows]
-        tasks: dict[int, asyncio.Task] = {}
         self._phase(clock, "generating")
+        arrived: asyncio.Queue = asyncio.Queue()
+        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids))
+        groups: dict[int, RolloutGroup] = {}
+        generated: float | None = None
+        try:
+            done = False
+            while not done:
+                ready = [await arrived.get()]
+                while not arrived.empty():
+                    ready.append(arrived.get_nowait())
+                done = ready[-1] is None
+                ready = [item for item in ready if item is not None]
+                if done:
+                    generated = time.perf_counter()
+                    self._phase(clock, "scoring")
+                if ready:
+                    scored, call_stats = await self._score_groups(rows, prompt_ids, ready)
+                    stats.merge(call_stats)
+                    groups.update(scored)
+            await feeder  # re-raise a generation error
+            if generated is not None:
+                clock.tail_s += time.perf_counter() - generated
+            return [groups[i] for i in sorted(groups)]
+        finally:
+            if not feeder.done():
+                feeder.cancel()
+                await asyncio.gather(feeder, return_exceptions=True)
+
+    async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]]) -> None:
+        """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``."""
         try:
             if isinstance(self.engine, StreamingEngine):
                 async for i, comps in self.engine.generate_stream(prompt_ids, self.params):
-                    tasks[i] = asyncio.create_task(self._score_group(rows[i], prompt_ids[i], comps))
+                    arrived.put_nowait((i, comps))
             else:
-                all_comps = await self.engine.generate(prompt_ids, self.params)
-                for i, comps in enumerate(all_comps):
-                    tasks[i] = asyncio.create_task(self._score_group(rows[i], prompt_ids[i], comps))
-            generated = time.perf_counter()
-            self._phase(clock, "scoring")
-            # Prompt order, whatever order the groups finished in.
-            groups = []
-            for i in sorted(tasks):
-                group, group_stats = await tasks[i]
-                stats.merge(group_stats)
-                groups.append(group)
-            clock.tail_s += time.perf_counter() - generated
-            return groups
-        except BaseException:
-            for task in tasks.values():
-                task.cancel()
-            raise
+                for i, comps in enumerate(await self.engine.generate(prompt_ids, self.params)):
+                    arrived.put_nowait((i, comps))
+        finally:
+            arrived.put_nowait(None)  # also after an error: the consumer stops and awaits us
 
-    async def _score_group(
-        self, row: Mapping[str, Any], prompt_ids: list[int], comps: Sequence[Completion]
-    ) -> tuple[RolloutGroup, ScoringMetrics]:
+    async def _score_groups(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        prompt_ids: list[list[int]],
+        ready: list[tuple[int, Sequence[Completion]]],
+    ) -> tuple[dict[int, RolloutGroup], ScoringMetrics]:
+        """Score the completions of several groups in one scorer call."""
+        flat = [(rows[i], c) for i, comps in ready for c in comps]
         scored = await self.scorer.score(
-            [row] * len(comps), [c.text for c in comps], finish_reasons=[c.finish_reason for c in comps],
-            num_tokens=[len(c.token_ids) for c in comps],
+            [row for row, _ in flat], [c.text for _, c in flat],
+            finish_reasons=[c.finish_reason for _, c in flat], num_tokens=[len(c.token_ids) for _, c in flat],
         )
-        group = RolloutGroup(
-            row=row,
-            prompt_ids=prompt_ids,
-            completions=list(comps),
-            rewards=[s.reward for s in scored],
-            max_reward=max((s.max_reward for s in scored), default=0.0),
-            scores=[dict(s.scores) for s in scored],
-        )
-        if isinstance(self.sampler, RewardFeedbackSampler):
-            self.sampler.update(str(row["id"]), group.rewards, group.max_reward)
-        return group, scored.stats
+        groups: dict[int, RolloutGroup] = {}
+        offset = 0
+        for i, comps in ready:
+            mine = scored[offset : offset + len(comps)]
+            offset += len(comps)
+            row = rows[i]
+            group = RolloutGroup(
+                row=row,
+                prompt_ids=prompt_ids[i],
+                completions=list(comps),
+                rewards=[s.reward for s in mine],
+                max_reward=max((s.max_reward for s in mine), default=0.0),
+                scores=[dict(s.scores) for s in mine],
+            )
+            if isinstance(self.sampler, RewardFeedbackSampler):
+                self.sampler.update(str(row["id"]), group.rewards, group.max_reward)
+            groups[i] = group
+        return groups, scored.stats

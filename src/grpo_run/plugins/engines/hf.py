@@ -1,14 +1,22 @@
-"""Generation with Hugging Face transformers ``generate`` (CPU or one GPU)."""
+"""Generation with Hugging Face transformers ``generate`` (CPU or one GPU).
+
+Each prompt is prefilled once: its KV cache (all but its last token) is computed for the unique
+prompts of a call and then repeated to the ``n`` samples, so ``generate`` only runs the last
+prompt token and the decode steps for every sample (``n`` x less prefill work than feeding the
+prompt ``n`` times). Intra-op threads are set per call (``num_threads``), so generation in its
+worker thread and the learner in another do not both claim every core."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, DynamicCache
 
 from grpo_run import Completion, EngineContext, SamplingParams
 
@@ -19,6 +27,10 @@ class HFEngineConfig:
 
     max_batch_size: int = attrs.field(default=256, validator=attrs.validators.gt(0))
     """Sequences per ``generate`` call; larger requests are split."""
+    num_threads: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """torch intra-op threads while generating; 0 = half of the threads of the process (at least 1),
+    so a learner step running beside generation (``async_steps > 1``) keeps the other half. Small
+    models decode faster on one thread: their ops are too small to split."""
 
 
 class HFEngine:
@@ -45,6 +57,7 @@ class HFEngine:
         self._seed = context.seed
         self._calls = 0
         self.eos_token_id = self.tokenizer.eos_token_id
+        self.num_threads = config.num_threads or max(1, torch.get_num_threads() // 2)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -84,27 +97,34 @@ class HFEngine:
 
     def generate_sync(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Blocking generation; returns ``params.n`` completions per prompt."""
-        flat = [list(p) for p in prompts for _ in range(params.n)]
-        out: list[Completion] = []
-        with self._lock, torch.inference_mode():
+        out: list[list[Completion]] = [[] for _ in prompts]
+        with self._lock, torch.inference_mode(), _intra_op_threads(self.num_threads):
             self._calls += 1
             seed = params.seed if params.seed is not None else self._seed * 1_000_003 + self._calls
             generator_state = torch.random.get_rng_state()
             torch.manual_seed(seed)
             try:
-                for start in range(0, len(flat), self.config.max_batch_size):
-                    out.extend(self._generate_chunk(flat[start : start + self.config.max_batch_size], params))
+                for chunk in sample_chunks(len(prompts), params.n, self.config.max_batch_size):
+                    unique = [list(prompts[i]) for i, _ in chunk]
+                    comps = self._generate_chunk(unique, [k for _, k in chunk], params)
+                    for i, k in chunk:
+                        out[i].extend(comps[:k])
+                        comps = comps[k:]
             finally:
                 torch.random.set_rng_state(generator_state)
-        return [out[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+        return out
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _generate_chunk(self, prompts: list[list[int]], copies: list[int], params: SamplingParams) -> list[Completion]:
+        """``copies[i]`` samples of ``prompts[i]``, in order, from one ``generate`` call."""
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every prompt ends at the same column
             input_ids[i, width - len(p) :] = torch.tensor(p)
             attention[i, width - len(p) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        expand = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),
+                                         torch.tensor(copies, device=self.device))
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_token_id,
@@ -118,17 +138,33 @@ class HFEngine:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
         if params.stop_strings:
             kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
-        result = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
-        )
-        new_tokens = result.sequences[:, width:].cpu()
+        if width > 1:
+            kwargs["past_key_values"] = self._prefill(input_ids, attention, expand)
+        result = self.model.generate(input_ids=input_ids[expand], attention_mask=attention[expand], **kwargs)
+        new_tokens = result.sequences[:, width:]
         # Engine log-probs of the sampled tokens under the sampling temperature (no top-p
-        # renormalisation, matching what the learner recomputes).
-        logits = torch.stack(result.logits, dim=1).float().cpu()  # [B, T, V]
+        # renormalisation, matching what the learner recomputes), one step's logits at a time.
         temperature = 1.0 if params.greedy else params.temperature
-        logprobs = torch.log_softmax(logits / temperature, dim=-1)
-        token_logprobs = logprobs.gather(-1, new_tokens[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
-        return [self._to_completion(new_tokens[i], token_logprobs[i], params) for i in range(len(prompts))]
+        steps = [
+            _token_logprobs(logits, new_tokens[:, t], temperature) for t, logits in enumerate(result.logits)
+        ]
+        token_logprobs = torch.stack(steps, dim=1).cpu() if steps else torch.zeros(len(expand), 0)
+        new_tokens = new_tokens.cpu()
+        return [self._to_completion(new_tokens[i], token_logprobs[i], params) for i in range(len(expand))]
+
+    def _prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, expand: torch.Tensor) -> Any:
+        """The KV cache of every prompt but its last token, computed once and repeated per sample.
+
+        Positions follow ``generate``'s own rule for left padding (``cumsum - 1``, padding at 1), so
+        the cache equals the one ``generate`` would have built from the repeated prompts."""
+        positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)
+        cache = DynamicCache(config=self.model.config)
+        self.model(
+            input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],
+            past_key_values=cache, use_cache=True,
+        )
+        cache.batch_select_indices(expand)
+        return cache
 
     def _to_completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, params: SamplingParams) -> Completion:
         ids = tokens.tolist()
@@ -153,3 +189,43 @@ class HFEngine:
             finish_reason=finish,
             policy_version=self.version,
         )
+
+
+def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tuple[int, int]]]:
+    """Split ``n`` samples of each prompt into ``generate`` calls of at most ``max_batch_size``
+    sequences: per call, ``(prompt_index, copies)`` in prompt order. A prompt's samples stay in one
+    call when they fit (so its prompt is prefilled once)."""
+    chunks: list[list[tuple[int, int]]] = []
+    current: list[tuple[int, int]] = []
+    filled = 0
+    for i in range(num_prompts):
+        left = n
+        while left:
+            if filled == max_batch_size or (filled and filled + left > max_batch_size and left <= max_batch_size):
+                chunks.append(current)
+                current, filled = [], 0
+            take = min(left, max_batch_size - filled)
+            current.append((i, take))
+            filled += take
+            left -= take
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``[B, V]`` logits of one step and the ``[B]`` tokens chosen -> float32 ``[B]`` log-probs."""
+    z = logits.float() / temperature
+    return z.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+
+@contextlib.contextmanager
+def _intra_op_threads(count: int) -> Iterator[None]:
+    """Use ``count`` intra-op threads in this thread for the duration (the setting is per thread
+    for OpenMP and MKL; the process-wide default read by new threads is restored after)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

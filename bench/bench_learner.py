@@ -1,0 +1,146 @@
+"""Learner forward+backward throughput: packed (varlen or dense mask) vs padded, on a length mix.
+
+    python bench/bench_learner.py [--mix bench-small|skewed] [--threads 2] [--repeats 5]
+
+``bench-small``: 128 sequences of bench_step's bench-small shape (prompt 8-24, completion 32).
+``skewed``     : 128 sequences, prompt 16-48 tokens, completions from a long-tailed (Pareto) mix
+                 capped at 512 new tokens -- most short, a few long.
+Model: bench-small's (Llama h256, 4 layers, 4 heads, char vocab), random init, fp32.
+
+Modes, each the same objective (sum of advantage-weighted completion log-probs, backward):
+``varlen``  : grpo-run's learner path (rows flattened, per-sequence attention, completion logits only);
+``dense``   : packed rows with the 4D block-causal mask (the path before varlen);
+``padded``  : one sequence per row, right-padded to the longest, 2D padding mask -- what a
+              padding trainer (TRL) does.
+Prints real tokens/s per mode (median of ``--repeats``, modes taking turns, after a warm-up) and the fp32 matmul floor
+(tokens/s at 6 x params FLOP per token). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import matmul_gflops  # noqa: E402
+
+
+def make_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpo_run.plugins.models.char_tokenizer import build_char_tokenizer
+
+    torch.manual_seed(0)
+    vocab = len(build_char_tokenizer())
+    config = LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
+                         attn_implementation="sdpa", pad_token_id=0)
+    return LlamaForCausalLM(config).train()
+
+
+def make_seqs(mix: str, n: int = 128, seed: int = 0):
+    from grpo_run.core.rollout.packing import SequenceToPack
+
+    rng = random.Random(seed)
+    seqs = []
+    for i in range(n):
+        if mix == "bench-small":
+            p, c = rng.randint(8, 24), 32
+        else:
+            p, c = rng.randint(16, 48), min(512, int(12 * rng.paretovariate(1.1)))
+        seqs.append(SequenceToPack([rng.randrange(3, 60) for _ in range(p)], [rng.randrange(3, 60) for _ in range(c)],
+                                   rng.gauss(0, 1), [0.0] * c, seq_id=i))
+    return seqs
+
+
+def step_packed(model, batch, layout, dense: bool) -> None:
+    from grpo_run.core.learner.logprobs import block_causal_mask, completion_logprobs, packed_token_logprobs
+
+    if dense:
+        lp = packed_token_logprobs(model, batch, attention_mask=block_causal_mask(batch.seq_ids)) * batch.completion_mask
+    else:
+        lp = completion_logprobs(model, batch, layout=layout)[0]
+    (-(lp * batch.advantages).sum() / batch.completion_mask.sum()).backward()
+
+
+def step_padded(model, ids, attn, completion, adv) -> None:
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    (-(logp * adv * completion).sum() / completion.sum()).backward()
+
+
+def padded_inputs(seqs):
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    completion = torch.zeros(len(seqs), width - 1)
+    adv = torch.zeros(len(seqs), width - 1)
+    for i, s in enumerate(seqs):
+        row = s.prompt_ids + s.completion_ids
+        ids[i, : len(row)] = torch.tensor(row)
+        attn[i, : len(row)] = 1
+        completion[i, len(s.prompt_ids) - 1 : len(row) - 1] = 1  # logits at t-1 predict token t
+        adv[i] = s.advantage
+    return ids, attn, completion, adv
+
+
+def timed_round_robin(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, the functions taking turns (a drifting machine speed
+    then hits every mode alike); one untimed warm-up call each."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mix", choices=["bench-small", "skewed"], default="skewed")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--modes", default="varlen,dense,padded")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from grpo_run.core.learner.logprobs import batch_layout
+    from grpo_run.core.rollout.packing import pack_sequences
+
+    model = make_model()
+    seqs = make_seqs(args.mix)
+    batch = pack_sequences(seqs, max(512 + 64, max(len(s) for s in seqs)), pad_token_id=0)
+    layout = batch_layout(batch)
+    real = batch.num_real_tokens
+    lengths = sorted(len(s) for s in seqs)
+    print(f"mix {args.mix}: {len(seqs)} sequences, {real} tokens, lengths min {lengths[0]} "
+          f"median {lengths[len(lengths) // 2]} max {lengths[-1]}; packed {batch.num_rows} rows x "
+          f"{batch.row_length} (efficiency {batch.packed_ratio:.3f}); padded {len(seqs)} x {lengths[-1]} "
+          f"(efficiency {real / (len(seqs) * lengths[-1]):.3f})")
+    params = sum(p.numel() for p in model.parameters())
+    floor = matmul_gflops(args.threads) * 1e9 / (6 * params)
+    print(f"threads {args.threads}; fp32 floor {floor:,.0f} tokens/s (6 x {params / 1e6:.2f}M FLOP per token)")
+    runs = {
+        "varlen": lambda: step_packed(model, batch, layout, dense=False),
+        "dense": lambda: step_packed(model, batch, layout, dense=True),
+        "padded": lambda: step_padded(model, *padded_inputs(seqs)),
+    }
+    chosen = {mode: (lambda run=runs[mode]: (run(), model.zero_grad(set_to_none=True))) for mode in args.modes.split(",")}
+    for mode, seconds in timed_round_robin(chosen, args.repeats).items():
+        print(f"{mode:<8} {seconds:7.3f} s  {real / seconds:9,.0f} tokens/s  {real / seconds / floor:6.1%} of floor")
+    floor_after = matmul_gflops(args.threads) * 1e9 / (6 * params)
+    print(f"fp32 floor measured again after the runs: {floor_after:,.0f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

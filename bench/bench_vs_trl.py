@@ -1,0 +1,219 @@
+"""grpo-run side by side with TRL's GRPOTrainer: s/step, generation and learner time, tokens/s,
+each as a fraction of the measured fp32 matmul floor. Prints figures; asserts nothing.
+
+    pip install -e '.[bench]'          # trl (only for this script)
+    python bench/bench_vs_trl.py [--preset bench-small|embedded] [--threads 2] [--pairs 5] [--steps 6]
+
+Both run the same model (bench_step's presets), the arithmetic prompts, 16 prompts x 8 samples,
+temperature 1, top-p 1, no top-k, fp32 on CPU, DAPO loss with clip 0.2/0.28, beta 0, one optimizer
+update per batch, no eval, no checkpoints. TRL scores with the same math verifier, in process (its
+usual way); grpo-run with its scoring workers. Each run is its own process; runs are interleaved
+(grpo-run, TRL, grpo-run, ...) and the first ``--warmup`` steps of each run are not timed. Per
+run: the median over its timed steps; the table: the median over runs, and the median of the
+per-pair ratios (pairing keeps ratios meaningful on a machine whose speed drifts).
+
+Floors, per step, with N = the weights of every Linear layer (the matmul work per token is 2N):
+learner 6 N x (prompt + completion tokens), generation 2 N x (prompt + completion tokens), at the
+fp32 matmul rate measured before every pair at ``--threads``. Generation includes scoring for
+both (TRL's ``_generate_and_score_completions``; grpo-run's rollout production); learner time
+is the rest of the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_step import _config, _register_bench_model  # noqa: E402
+from floor import matmul_gflops  # noqa: E402
+
+PROMPTS, SAMPLES = 16, 8
+
+
+def matmul_weights(model) -> int:
+    import torch
+
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def _host_and_model(preset: str):
+    from grpo_run.core.plugins.host import build_plugin_host
+
+    host = build_plugin_host()
+    if preset == "bench-small":
+        _register_bench_model(host)
+    name = "tiny-random-bench" if preset == "bench-small" else "tiny-arithmetic"
+    source = host.registry.get("model", name)
+    return host, source(source.Config()).resolve()
+
+
+# -- one run of each framework (in its own process) ----------------------------------------
+
+
+def run_grpo(preset: str, threads: int, steps: int, warmup: int) -> dict:
+    import torch
+
+    from grpo_run.core.config import parse_config
+    from grpo_run.core.loop.run import train
+
+    host, path = _host_and_model(preset)
+    data = _config(preset, steps, async_steps=1)
+    data["train"]["num_threads"] = threads
+    cfg = parse_config(data, host.registry, source="bench_vs_trl")
+    with tempfile.TemporaryDirectory() as tmp:
+        train(cfg, host, Path(tmp))
+        rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+    from transformers import AutoModelForCausalLM
+
+    weights = matmul_weights(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))
+    timed = [r for r in rows if r["step"] > warmup]
+    return {
+        "step_s": [r["perf/step_s"] for r in timed],
+        "generation_s": [r["perf/generation_s"] for r in timed],
+        "learner_s": [r["perf/step_s"] - r["perf/generation_s"] for r in timed],
+        "tokens": [r["perf/learner_tokens_per_s"] * r["perf/learner_s"] for r in timed],
+        "generated": [r["perf/generation_tokens_per_s"] * r["perf/generation_s"] for r in timed],
+        "weights": weights,
+    }
+
+
+def run_trl(preset: str, threads: int, steps: int, warmup: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_run.plugins.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    from grpo_run.plugins.verifiers.math import MathVerifier
+
+    torch.set_num_threads(threads)
+    _, path = _host_and_model(preset)
+    data = _config(preset, steps, async_steps=1)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    rows = ArithmeticTask(ArithmeticConfig(max_operand=data["task"]["max_operand"])).train_rows()
+    dataset = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rows])
+    verifier = MathVerifier()
+
+    def math_reward(completions, ground_truth, **_):
+        return [verifier.score(c[-1]["content"], gt, {}).score for c, gt in zip(completions, ground_truth)]
+
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, seed=1, report_to=[],
+        save_strategy="no", logging_steps=1, disable_tqdm=True, max_steps=steps,
+        per_device_train_batch_size=PROMPTS * SAMPLES, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=SAMPLES, num_iterations=1, max_completion_length=data["rollout"]["response_length"],
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
+        learning_rate=data["optim"]["lr"], lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
+                          processing_class=tokenizer)
+    record: dict[str, list[float]] = {"step_s": [], "generation_s": [], "tokens": [], "generated": []}
+    produce = trainer._generate_and_score_completions
+
+    def timed_produce(inputs):
+        start = time.perf_counter()
+        out = produce(inputs)
+        record["generation_s"].append(time.perf_counter() - start)
+        record["generated"].append(float(out["completion_mask"].sum()))
+        record["tokens"].append(float(out["completion_mask"].sum() + out["prompt_mask"].sum()))
+        return out
+
+    trainer._generate_and_score_completions = timed_produce
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            record["step_s"].append(time.perf_counter() - self.start)
+
+    trainer.add_callback(StepClock())
+    trainer.train()
+    out = {k: v[warmup:] for k, v in record.items()}
+    out["learner_s"] = [s - g for s, g in zip(out["step_s"], out["generation_s"])]
+    out["weights"] = matmul_weights(model)
+    return out
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def _one_run(which: str, args: argparse.Namespace, src: str | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", which, "--preset", args.preset, "--threads", str(args.threads),
+           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if src is not None:  # another grpo-run source tree (e.g. the commit before a change)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{which} run failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _summary(run: dict, gflops: float) -> dict:
+    med = {k: statistics.median(run[k]) for k in ("step_s", "generation_s", "learner_s", "tokens", "generated")}
+    flop = 2 * run["weights"] * med["tokens"]  # one forward pass over every token
+    med["learner_floor"] = 3 * flop / (gflops * 1e9) / med["learner_s"]
+    med["generation_floor"] = flop / (gflops * 1e9) / med["generation_s"]
+    med["step_floor"] = 4 * flop / (gflops * 1e9) / med["step_s"]
+    return med
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=["bench-small", "embedded"], default="bench-small")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--baseline-src", help="also run grpo-run from this src/ directory (a 'before' column)")
+    parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run = (run_grpo if args.worker == "grpo" else run_trl)(args.preset, args.threads, args.steps, args.warmup)
+        print(json.dumps(run))
+        return 0
+
+    contenders = [("grpo-run", "grpo", None)]
+    if args.baseline_src:
+        contenders.append(("grpo-run (baseline)", "grpo", args.baseline_src))
+    contenders.append(("TRL", "trl", None))
+    rounds = []
+    for i in range(args.pairs):
+        gflops = matmul_gflops(args.threads)
+        results = {label: _summary(_one_run(worker, args, src), gflops) for label, worker, src in contenders}
+        rounds.append((gflops, results))
+        print(f"round {i + 1}: floor {gflops:.0f} GFLOP/s; " + "; ".join(
+            f"{label} {r['step_s']:.3f} s/step (gen {r['generation_s']:.3f}, learner {r['learner_s']:.3f})"
+            for label, r in results.items()), flush=True)
+    med = statistics.median
+    print(f"\npreset {args.preset}, {args.threads} threads, {args.pairs} interleaved rounds, "
+          f"{args.steps - args.warmup} timed steps per run; fp32 matmul floor {med(r[0] for r in rounds):.0f} "
+          "GFLOP/s (median)")
+    print("| run | s/step | generation s | learner s | tokens/s | step % floor | gen % floor | learner % floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, _, _ in contenders:
+        rows = [r[1][label] for r in rounds]
+        print(f"| {label} | {med(r['step_s'] for r in rows):.3f} | {med(r['generation_s'] for r in rows):.3f} | "
+              f"{med(r['learner_s'] for r in rows):.3f} | {med(r['tokens'] / r['step_s'] for r in rows):,.0f} | "
+              f"{med(r['step_floor'] for r in rows):.0%} | {med(r['generation_floor'] for r in rows):.0%} | "
+              f"{med(r['learner_floor'] for r in rows):.0%} |")
+    for label, _, _ in contenders[:-1]:
+        ratio = lambda key, label=label: med(r[1][label][key] / r[1]["TRL"][key] for r in rounds)  # noqa: E731
+        print(f"{label} / TRL (median of per-round ratios): s/step {ratio('step_s'):.2f}, "
+              f"learner {ratio('learner_s'):.2f}, generation {ratio('generation_s'):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

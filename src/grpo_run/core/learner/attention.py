@@ -1,0 +1,313 @@
+"""Per-sequence ("varlen") attention for packed learner batches.
+
+A packed batch's rows are flattened into one stream of real tokens (no padding), and attention
+runs per sequence inside it: cost ``O(sum L_i^2)`` instead of the ``O(L_row^2)`` of a dense
+block-causal mask, and the fused causal kernels instead of a masked one.
+
+How it reaches the model: transformers' ``AttentionInterface`` dispatches on
+``config._attn_implementation``. :func:`enable_varlen_attention` switches a model to a wrapper
+registered under ``grpo_varlen:<original>``. The wrapper does varlen attention when the forward
+carries a :class:`SequenceLayout` (keyword ``grpo_sequence_layout``, which transformers hands
+through to every attention call, also when gradient checkpointing recomputes a layer), and is the
+original implementation otherwise -- attention *and* mask creation -- so any other call of the
+model behaves exactly as before. The switch is permanent (not undone after the forward) because
+gradient checkpointing re-runs attention during ``backward``, after any context would have ended.
+
+Kernels: on CUDA with fp16/bf16 and ``flash_attn`` installed, ``flash_attn_varlen_func`` on the
+stream; otherwise (CPU, fp32) sequences are grouped into length buckets, each bucket gathered into
+a ``[S, H, L_max, D]`` batch and run through ``scaled_dot_product_attention(is_causal=True)``.
+Padding inside a bucket needs no mask: with each sequence at offset 0 of its slot, a causal query
+never sees the slots past its own sequence's end (padded queries are computed and dropped).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+LAYOUT_KWARG = "grpo_sequence_layout"
+"""Forward keyword carrying the :class:`SequenceLayout` to the attention calls."""
+_PREFIX = "grpo_varlen:"
+SUPPORTED_ORIGINALS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+BUCKET_FILL = 0.75
+"""A sequence joins a length bucket while it is at least this fraction of the bucket's longest:
+bounds the padded attention work at ``1 / 0.75**2 = 1.8x`` the real work, in few kernel calls."""
+
+_VARLEN_FORWARD: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_varlen_forward", default=False)
+
+
+@attrs.frozen(eq=False)
+class Bucket:
+    """Sequences of similar length, contiguous in the stream, run as one padded attention batch."""
+
+    num_tokens: int
+    """Stream tokens of the bucket's sequences (they follow the previous bucket's)."""
+    width: int
+    """Longest sequence of the bucket: the padded length."""
+    gather: torch.Tensor | None
+    """long ``[S_b * width]``: bucket-local token of each slot, row-major (padding slots repeat a
+    real one); None when every sequence has ``width`` tokens (then the tokens are just reshaped)."""
+    valid: torch.Tensor | None
+    """long ``[num_tokens]``: the slots holding a token of their sequence (None with ``gather``)."""
+
+
+@attrs.frozen(eq=False)
+class SequenceLayout:
+    """Where the sequences of a packed ``[R, L]`` batch sit once flattened into one token stream.
+
+    The stream holds every sequence's tokens, padding left out, ordered by length bucket
+    (longest first) so each bucket is a contiguous piece: splitting needs no gather.
+    """
+
+    token_index: torch.Tensor
+    """long ``[T]``: flat ``row * L + column`` of each stream token in the packed batch."""
+    position_ids: torch.Tensor
+    """long ``[1, T]``: position of each stream token inside its sequence."""
+    cu_seqlens: torch.Tensor
+    """int32 ``[S + 1]``: sequence boundaries in the stream (flash-attention's varlen format)."""
+    max_seqlen: int
+    buckets: tuple[Bucket, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_index.shape[0])
+
+    def to(self, device: torch.device | str) -> SequenceLayout:
+        if self.token_index.device == torch.device(device):
+            return self
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return attrs.evolve(
+            self, token_index=move(self.token_index), position_ids=move(self.position_ids),
+            cu_seqlens=move(self.cu_seqlens),
+            buckets=tuple(attrs.evolve(b, gather=move(b.gather), valid=move(b.valid)) for b in self.buckets),
+        )
+
+
+def length_buckets(lengths: Sequence[int], fill: float = BUCKET_FILL) -> list[list[int]]:
+    """Group sequence indices, longest first, so each group's lengths are >= ``fill`` x its longest."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] >= fill * lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def sequence_layout(spans: Sequence[tuple[int, int, int]], row_length: int) -> SequenceLayout:
+    """The layout of a packed batch from its ``spans`` (``(row, start, end)`` per sequence)."""
+    lengths = [end - start for _, start, end in spans]
+    groups = length_buckets(lengths)
+    order = [i for group in groups for i in group]
+    token_index = [r * row_length + c for i in order for r, s, e in (spans[i],) for c in range(s, e)]
+    position_ids = [p for i in order for p in range(lengths[i])]
+    cu = [0]
+    for i in order:
+        cu.append(cu[-1] + lengths[i])
+    buckets = []
+    for group in groups:
+        n = torch.tensor([lengths[i] for i in group])
+        width, total = int(n[0]), int(n.sum())
+        gather = valid = None
+        if total != width * len(group):
+            cols = torch.arange(width)
+            start = torch.cumsum(n, 0) - n
+            valid = cols[None, :] < n[:, None]
+            # Padding slots repeat the sequence's first token: any real value will do (never seen).
+            gather = torch.where(valid, start[:, None] + cols[None, :], start[:, None]).flatten()
+            valid = torch.nonzero(valid.flatten())[:, 0]
+        buckets.append(Bucket(total, width, gather, valid))
+    return SequenceLayout(
+        token_index=torch.tensor(token_index, dtype=torch.long),
+        position_ids=torch.tensor(position_ids, dtype=torch.long)[None],
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+        max_seqlen=max(lengths, default=0),
+        buckets=tuple(buckets),
+    )
+
+
+# -- the attention function ---------------------------------------------------------------
+
+
+def varlen_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: SequenceLayout,
+    *, scaling: float | None = None, dropout: float = 0.0,
+) -> torch.Tensor:
+    """Causal attention per sequence of the stream. ``query``: ``[1, H, T, D]``, ``key``/``value``:
+    ``[1, H_kv, T, D]`` (grouped-query heads are repeated); returns ``[1, T, H, D]``."""
+    heads = query.shape[1]
+    if key.shape[1] != heads:
+        key = key.repeat_interleave(heads // key.shape[1], dim=1)
+        value = value.repeat_interleave(heads // value.shape[1], dim=1)
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
+    if _flash_varlen_usable(q):
+        from flash_attn import flash_attn_varlen_func
+
+        cu = layout.cu_seqlens.to(q.device)
+        out = flash_attn_varlen_func(
+            q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, layout.max_seqlen, layout.max_seqlen,
+            dropout_p=dropout, softmax_scale=scaling, causal=True,
+        )
+        return out[None]
+    pieces = []
+    splits = [b.num_tokens for b in layout.buckets]
+    for bucket, qs, ks, vs in zip(layout.buckets, q.split(splits), k.split(splits), v.split(splits)):
+        shape = (-1, bucket.width, *qs.shape[1:])
+        if bucket.gather is None:  # equal lengths: a reshape, no padding
+            qb, kb, vb = (t.view(shape).transpose(1, 2) for t in (qs, ks, vs))  # [S_b, H, L_b, D]
+        else:
+            qb, kb, vb = (_ToSlots.apply(t, bucket.gather, bucket.valid).view(shape).transpose(1, 2)
+                          for t in (qs, ks, vs))
+        ob = F.scaled_dot_product_attention(qb, kb, vb, dropout_p=dropout, is_causal=True, scale=scaling)
+        ob = ob.transpose(1, 2).reshape(-1, *ob.shape[1:2], ob.shape[-1])  # [S_b * L_b, H, D]
+        pieces.append(ob if bucket.gather is None else _FromSlots.apply(ob, bucket.gather, bucket.valid))
+    return (torch.cat(pieces) if len(pieces) > 1 else pieces[0])[None]
+
+
+class _ToSlots(torch.autograd.Function):
+    """Tokens ``[n, ...]`` -> padded slots ``[S * L, ...]`` (``x[gather]``), with a gather backward.
+
+    Autograd's own backward of a gather is a scatter-add (``index_add_``), which is slow on CPU
+    and collapses with 2+ threads (47% of a learner step at 2 threads in a profile). Here every
+    token has exactly one real slot (``valid``, in token order) and the gradient of a padding
+    slot is zero -- no real query attends to it causally and its own output is dropped (see
+    :class:`_FromSlots`) -- so the backward is the gather ``grad[valid]``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, gather, valid):
+        ctx.save_for_backward(valid)
+        return x.index_select(0, gather)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (valid,) = ctx.saved_tensors
+        return grad.index_select(0, valid), None, None
+
+
+class _FromSlots(torch.autograd.Function):
+    """Padded slots -> tokens (``y[valid]``); backward: ``grad[gather]`` with padding slots zeroed
+    (a gather, not a scatter: ``gather`` maps each real slot back to its token)."""
+
+    @staticmethod
+    def forward(ctx, y, gather, valid):
+        ctx.save_for_backward(gather, valid)
+        ctx.num_slots = y.shape[0]
+        return y.index_select(0, valid)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gather, valid = ctx.saved_tensors
+        keep = torch.zeros(ctx.num_slots, dtype=grad.dtype, device=grad.device)
+        keep[valid] = 1
+        return grad.index_select(0, gather) * keep.view(-1, *[1] * (grad.dim() - 1)), None, None
+
+
+def _flash_varlen_usable(q: torch.Tensor) -> bool:
+    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- registration with transformers -------------------------------------------------------
+
+
+def _wrapper(original: str) -> Callable[..., tuple[torch.Tensor, None]]:
+    def attention(module: torch.nn.Module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        layout = kwargs.pop(LAYOUT_KWARG, None)
+        if layout is None:
+            return _original_attention(original, module)(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
+        for unsupported in ("sliding_window", "softcap", "s_aux"):
+            if kwargs.get(unsupported) is not None:
+                raise NotImplementedError(f"varlen attention does not support {unsupported}")
+        return varlen_attention(query, key, value, layout, scaling=scaling, dropout=dropout), None
+
+    return attention
+
+
+def _original_attention(original: str, module: torch.nn.Module) -> Callable:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if original == "eager":  # each model file defines its own eager attention
+        return inspect.getmodule(type(module)).eager_attention_forward  # type: ignore[union-attr]
+    return ALL_ATTENTION_FUNCTIONS[original]
+
+
+def _mask_wrapper(original_mask: Callable | None) -> Callable:
+    def mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
+        if _VARLEN_FORWARD.get() or original_mask is None:
+            return None  # the varlen forward needs no mask: sequence bounds come with the layout
+        return original_mask(*args, **kwargs)
+
+    return mask
+
+
+def _register(original: str) -> str:
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import AttentionInterface
+
+    name = _PREFIX + original
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, _wrapper(original))
+        AttentionMaskInterface.register(name, _mask_wrapper(ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(original)))
+    return name
+
+
+def hf_model(model: Any) -> Any:
+    """The transformers model inside wrappers that hold it as ``.module`` (DDP, DeepSpeed -- whose
+    engine has a ``config`` of its own, a dict, so the test is for a transformers config)."""
+    from transformers import PretrainedConfig
+
+    while not isinstance(getattr(model, "config", None), PretrainedConfig) and hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def varlen_supported(model: Any) -> bool:
+    """Whether ``model`` can run :func:`varlen_attention` (it may already do)."""
+    inner = hf_model(model)
+    config = getattr(inner, "config", None)
+    if config is None or not getattr(inner, "_supports_attention_backend", False):
+        return False
+    current = config._attn_implementation or "eager"
+    if current.startswith(_PREFIX):
+        return True
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    windowed = getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True)
+    windowed = windowed or "sliding_attention" in (getattr(text, "layer_types", None) or ())
+    softcapped = getattr(text, "attn_logit_softcapping", None) is not None
+    return current in SUPPORTED_ORIGINALS and not windowed and not softcapped
+
+
+def enable_varlen_attention(model: Any) -> bool:
+    """Switch ``model`` to the varlen wrapper of its attention (idempotent); False if unsupported."""
+    if not varlen_supported(model):
+        return False
+    config = hf_model(model).config
+    current = config._attn_implementation or "eager"
+    if not current.startswith(_PREFIX):
+        config._attn_implementation = _register(current)
+    return True
+
+
+class varlen_forward:  # noqa: N801 -- used as a context manager, like torch.no_grad
+    """Marks a forward as varlen, so mask creation is skipped (the wrapper ignores a mask then)."""
+
+    def __enter__(self) -> None:
+        self._token = _VARLEN_FORWARD.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _VARLEN_FORWARD.reset(self._token)
