@@ -2,7 +2,7 @@
 each as a fraction of the measured fp32 matmul floor. Prints figures; asserts nothing.
 
     pip install -e '.[bench]'          # trl (only for this script)
-    python bench/bench_vs_trl.py [--preset bench-small|embedded] [--threads 2] [--pairs 5] [--steps 6]
+    python bench/bench_vs_trl.py [--preset bench-small|embedded] [--threads 2] [--pairs 5] [--steps 6] [--async-steps K]
 
 Both run the same model (bench_step's presets), the arithmetic prompts, 16 prompts x 8 samples,
 temperature 1, top-p 1, no top-k, fp32 on CPU, DAPO loss with clip 0.2/0.28, beta 0, one optimizer
@@ -58,14 +58,14 @@ def _host_and_model(preset: str):
 # -- one run of each framework (in its own process) ----------------------------------------
 
 
-def run_grpo(preset: str, threads: int, steps: int, warmup: int) -> dict:
+def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: int = 1) -> dict:
     import torch
 
     from grpo_run.core.config import parse_config
     from grpo_run.core.loop.run import train
 
     host, path = _host_and_model(preset)
-    data = _config(preset, steps, async_steps=1)
+    data = _config(preset, steps, async_steps=async_steps)
     data["train"]["num_threads"] = threads
     cfg = parse_config(data, host.registry, source="bench_vs_trl")
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,7 +78,10 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int) -> dict:
     return {
         "step_s": [r["perf/step_s"] for r in timed],
         "generation_s": [r["perf/generation_s"] for r in timed],
-        "learner_s": [r["perf/step_s"] - r["perf/generation_s"] for r in timed],
+        # Sequential steps: the learner's share is the rest of the step (as for TRL). Overlapped
+        # steps (async_steps > 1): the learner's own time (generation runs beside it).
+        "learner_s": [r["perf/step_s"] - r["perf/generation_s"] if async_steps == 1 else r["perf/learner_s"]
+                      for r in timed],
         "tokens": [r["perf/learner_tokens_per_s"] * r["perf/learner_s"] for r in timed],
         "generated": [r["perf/generation_tokens_per_s"] * r["perf/generation_s"] for r in timed],
         "weights": weights,
@@ -150,7 +153,7 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int) -> dict:
 
 def _one_run(which: str, args: argparse.Namespace, src: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--worker", which, "--preset", args.preset, "--threads", str(args.threads),
-           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--async-steps", str(args.async_steps)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if src is not None:  # another grpo-run source tree (e.g. the commit before a change)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -176,11 +179,16 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--async-steps", type=int, default=1,
+                        help="grpo-run's rollout.async_steps (TRL's steps are sequential)")
     parser.add_argument("--baseline-src", help="also run grpo-run from this src/ directory (a 'before' column)")
     parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run = (run_grpo if args.worker == "grpo" else run_trl)(args.preset, args.threads, args.steps, args.warmup)
+        if args.worker == "grpo":
+            run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps)
+        else:
+            run = run_trl(args.preset, args.threads, args.steps, args.warmup)
         print(json.dumps(run))
         return 0
 
@@ -197,7 +205,8 @@ def main() -> int:
             f"{label} {r['step_s']:.3f} s/step (gen {r['generation_s']:.3f}, learner {r['learner_s']:.3f})"
             for label, r in results.items()), flush=True)
     med = statistics.median
-    print(f"\npreset {args.preset}, {args.threads} threads, {args.pairs} interleaved rounds, "
+    print(f"\npreset {args.preset}, {args.threads} threads, grpo-run async_steps {args.async_steps}, "
+          f"{args.pairs} interleaved rounds, "
           f"{args.steps - args.warmup} timed steps per run; fp32 matmul floor {med(r[0] for r in rounds):.0f} "
           "GFLOP/s (median)")
     print("| run | s/step | generation s | learner s | tokens/s | step % floor | gen % floor | learner % floor |")

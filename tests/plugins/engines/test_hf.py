@@ -144,4 +144,14 @@ def test_generation_threads_are_set_per_call_and_restored(engine):
     finally:
         del engine.model.generate
     assert seen == [engine.num_threads] and torch.get_num_threads() == before
-    assert engine.num_threads == max(1, before // 2)
+    assert engine.num_threads == before  # generation runs alone: every thread
+
+
+def test_an_engine_beside_the_learner_leaves_it_half_the_threads(plugin_host, model_dir):
+    cls = plugin_host.registry.get("engine", "hf")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ctx = EngineContext(model_path=model_dir, tokenizer=tok, dtype=torch.float32, device="cpu", seed=3,
+                        overlaps_learner=True)
+    before = torch.get_num_threads()
+    assert cls(cls.Config(), ctx).num_threads == max(1, before // 2)
+    assert cls(cls.Config(num_threads=3), ctx).num_threads == 3

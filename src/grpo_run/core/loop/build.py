@@ -147,7 +147,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
                 cfg.engine.config,
                 EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=spec.model.torch_dtype,
                               device=spec.model.device, seed=cfg.run.seed,
-                              attn_implementation=cfg.model.attn_implementation),
+                              attn_implementation=cfg.model.attn_implementation,
+                              overlaps_learner=cfg.rollout.async_steps > 1),
                 cfg.engine.num_engines,
             )
             scorer_started.result()  # re-raises a failed start

@@ -173,6 +173,9 @@ class EngineContext:
     device: str
     seed: int
     attn_implementation: str = "sdpa"
+    overlaps_learner: bool = False
+    """Whether learner steps run while this engine generates (``rollout.async_steps > 1``): an
+    engine sharing the machine's cores with the learner may then leave it some."""
 
 
 
