@@ -1,7 +1,8 @@
 """The embedded task on a local Ray instance (``heavy``: Ray and DeepSpeed are extras).
 
 * ``grpo-run examples/arithmetic.toml --set distributed.backend=ray --set learner.num_learners=2``
-  reaches eval accuracy >= 0.9; so does DeepSpeed ZeRO-2 with two engine actors.
+  reaches eval accuracy >= 0.9; so does DeepSpeed ZeRO-2 with two engine actors and the scoring
+  workers in a scoring actor.
 * Killing a learner or engine actor mid-run ends the run within a bounded time with an error
   naming the actor and the step; the checkpoint written before stays intact and resumable.
 """
@@ -41,8 +42,8 @@ def best_eval_accuracy(run: Path) -> float:
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["--set", "learner.strategy=deepspeed", "--set", "engine.num_engines=2"]],
-    ids=["ddp", "deepspeed-2-engines"],
+    [[], ["--set", "learner.strategy=deepspeed", "--set", "engine.num_engines=2", "--set", "distributed.scoring_actors=1"]],
+    ids=["ddp", "deepspeed-2-engines-scoring-actor"],
 )
 def test_arithmetic_learns_on_ray(tmp_path, extra) -> None:
     if "learner.strategy=deepspeed" in extra:
@@ -56,6 +57,8 @@ def test_arithmetic_learns_on_ray(tmp_path, extra) -> None:
     started = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()
                if '"learners_started"' in line]
     assert len(started[0]["ranks"]) == 2
+    if "distributed.scoring_actors=1" in extra:
+        assert '"scoring_actors_started"' in (run / "log.jsonl").read_text()
 
 
 def started_pids(run: Path, event: str, key: str) -> list[int]:

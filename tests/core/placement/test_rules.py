@@ -75,6 +75,10 @@ def test_several_learners_default_to_ddp_and_deepspeed_to_zero_2(load) -> None:
          "a Ray actor sees only the GPUs it asks for"),
         (["distributed.backend=ray", "distributed.engine_resources.num_cpus=-1"], "distributed.engine_resources.num_cpus",
          ">= 0"),
+        (["distributed.scoring_actors=2"], "distributed.scoring_actors", 'only applies with distributed.backend = "ray"'),
+        (["distributed.scoring_resources.num_cpus=2"], "distributed.scoring_resources", "only applies with"),
+        (["distributed.backend=ray", "distributed.scoring_actors=1", "scoring.num_workers=0"], "scoring.num_workers",
+         "runs scoring.num_workers worker processes in each actor"),
     ],
 )
 def test_rules_name_the_key(load, overrides, key, message) -> None:

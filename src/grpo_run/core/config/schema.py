@@ -533,6 +533,12 @@ class DistributedSection:
     """Per engine actor (``backend = "ray"``; default 1 CPU)."""
     learner_resources: ActorResources | None = None
     """Per learner actor (``backend = "ray"``; default 1 CPU)."""
+    scoring_actors: int = attrs.field(default=0, validator=non_negative)
+    """``backend = "ray"``: run the sync verifiers in this many Ray actors, each with
+    ``scoring.num_workers`` worker processes on the node Ray picks (same time limits and
+    recycling); 0: worker processes of the driver, on its node."""
+    scoring_resources: ActorResources | None = None
+    """Per scoring actor (``backend = "ray"``; default 1 CPU). Not part of the placement group."""
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None
     """Reserve every actor's resources up front in one Ray placement group with this strategy
     (one bundle per actor); unset: Ray places each actor on its own."""
@@ -540,8 +546,9 @@ class DistributedSection:
     """Actors (and the placement group) not running within this time fail the run, naming what
     the cluster could not provide."""
 
-    def resources_of(self, kind: Literal["engine", "learner"]) -> ActorResources:
-        given = self.engine_resources if kind == "engine" else self.learner_resources
+    def resources_of(self, kind: Literal["engine", "learner", "scoring"]) -> ActorResources:
+        given = {"engine": self.engine_resources, "learner": self.learner_resources,
+                 "scoring": self.scoring_resources}[kind]
         return given if given is not None else ActorResources()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable
 import random
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,12 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         log.warning("prompts_too_long_dropped", count=prompts.dropped,
                     max_prompt_token_length=cfg.data.max_prompt_token_length)
 
-    scorer = build_scorer(cfg, registry)
     placement = build_placement(cfg)
+    try:
+        scorer = build_scorer(cfg, registry, placement.scoring_pool())
+    except BaseException:
+        placement.close()
+        raise
     learner: LearnerGroup | None = None
     # Scoring workers start (separate processes) while the models load, not at the first score.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scorer-start") as starter:
@@ -193,11 +198,13 @@ def load_tokenizer(cfg: RunConfig, source: str) -> Any:
     return tokenizer
 
 
-def build_scorer(cfg: RunConfig, registry: ComponentRegistry) -> RewardScorer:
-    """The run's scorer: its enabled verifiers under the ``[scoring]`` settings."""
+def build_scorer(cfg: RunConfig, registry: ComponentRegistry, sync_pool: Callable[..., Any] | None = None) -> RewardScorer:
+    """The run's scorer: its enabled verifiers under the ``[scoring]`` settings (its sync verifiers
+    in ``sync_pool``, e.g. Ray scoring actors, when given)."""
     return RewardScorer.from_config(
         cfg.scoring,
         verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
+        sync_pool=sync_pool,
     )
 
 

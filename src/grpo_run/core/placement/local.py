@@ -34,6 +34,9 @@ class LocalPlacement:
             return cls(config, context)
         return EnginePool([cls(config, c) for c in engine_contexts(context, num_engines)])
 
+    def scoring_pool(self) -> None:
+        return None  # the scorer's worker processes, children of this process
+
     def close(self) -> None:
         pass
 

@@ -12,9 +12,11 @@ group (learners first, then engines, one bundle each). Actors that do not start 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -148,6 +150,17 @@ class RayPlacement:
                                                       for i, w in enumerate(wheres)])
         return EnginePool([remote_engine(f"engine {i}", cls, a, w) for i, (a, w) in enumerate(zip(actors, wheres))])
 
+    def scoring_pool(self) -> Callable[..., Any] | None:
+        """Scoring actors (``distributed.scoring_actors``), or ``None`` to keep the workers on this node."""
+        if not self.settings.scoring_actors:
+            return None
+        from grpo_run.core.placement.ray_scoring import RaySyncVerifiers
+
+        return functools.partial(
+            RaySyncVerifiers, num_actors=self.settings.scoring_actors,
+            resources=self.settings.resources_of("scoring"), startup_timeout_s=self.settings.startup_timeout_s,
+        )
+
     def close(self) -> None:
         if self.group is not None:
             remove_placement_group(self.group)
@@ -157,9 +170,11 @@ class RayPlacement:
 
 
 def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:
-    """(resources, count) of the learner actors and of the engine actors."""
+    """(resources, count) of the learner, engine and scoring actors (the placement group reserves
+    bundles for the first two only)."""
     d = cfg.distributed
-    return [(d.resources_of("learner"), cfg.learner.num_learners), (d.resources_of("engine"), cfg.engine.num_engines)]
+    return [(d.resources_of("learner"), cfg.learner.num_learners), (d.resources_of("engine"), cfg.engine.num_engines),
+            (d.resources_of("scoring"), d.scoring_actors)]
 
 
 def _bundle(resources: ActorResources) -> dict[str, float]:

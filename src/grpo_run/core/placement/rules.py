@@ -32,13 +32,25 @@ def ray_options_need_ray(cfg: RunConfig) -> list[ConfigIssue]:
     given = {
         "engine_resources": d.engine_resources,
         "learner_resources": d.learner_resources,
+        "scoring_resources": d.scoring_resources,
         "placement_strategy": d.placement_strategy,
     }
-    return [
+    issues = [
         ConfigIssue(f"distributed.{key}", 'only applies with distributed.backend = "ray"')
         for key, value in given.items()
         if value is not None
     ]
+    if d.scoring_actors:
+        issues.append(ConfigIssue("distributed.scoring_actors", 'only applies with distributed.backend = "ray"'))
+    return issues
+
+
+def scoring_actors_run_worker_processes(cfg: RunConfig) -> list[ConfigIssue]:
+    """A scoring actor is a pool of worker processes: it needs at least one."""
+    if cfg.distributed.scoring_actors and cfg.scoring.num_workers == 0:
+        return [ConfigIssue("scoring.num_workers", "is 0; distributed.scoring_actors runs scoring.num_workers "
+                            "worker processes in each actor: set it to 1 or more")]
+    return []
 
 
 def ranks_pick_their_own_device(cfg: RunConfig) -> list[ConfigIssue]:
@@ -103,6 +115,7 @@ def extras_installed(cfg: RunConfig) -> list[ConfigIssue]:
 
 PLACEMENT_RULES = (
     ray_options_need_ray,
+    scoring_actors_run_worker_processes,
     ranks_pick_their_own_device,
     gpu_only_options,
     ray_actors_get_gpus,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from grpo_run.core.config.schema import LearnerSection, RunConfig
@@ -15,6 +16,11 @@ class Placement(Protocol):
     def learner_group(self, spec: LearnerSpec, learner: LearnerSection, seed: int) -> LearnerGroup: ...
 
     def engines(self, cls: type, config: Any, context: EngineContext, num_engines: int) -> Any: ...
+
+    def scoring_pool(self) -> Callable[..., Any] | None:
+        """What runs the sync verifiers (``RewardScorer``'s ``sync_pool``); ``None``: the scorer's
+        own worker processes."""
+        ...
 
     def close(self) -> None: ...
 

@@ -78,6 +78,9 @@ class RewardScorer:
     :param max_calls_per_worker: replace a worker process after it served this many calls (0: never).
     :param max_worker_rss_mb: replace a worker process whose resident memory exceeds this after
         a chunk (0: never) -- what keeps a leaking verifier from eating the machine.
+    :param sync_pool: what runs the sync verifiers, called with :class:`SyncVerifiers`'
+        arguments (default: :class:`SyncVerifiers`, worker processes of this process; a Ray
+        placement passes its scoring actors).
 
     Workers start on the first :meth:`score` (or :meth:`start`). Call :meth:`close` (or, inside
     the event loop, ``await`` :meth:`aclose`) when done. Use one event loop for all calls.
@@ -99,6 +102,7 @@ class RewardScorer:
         max_consecutive_timeouts: int = 0,
         max_calls_per_worker: int = 0,
         max_worker_rss_mb: float = 0.0,
+        sync_pool: Callable[..., SyncVerifiers] | None = None,
     ) -> None:
         if not verifiers:
             raise ValueError("RewardScorer needs at least one enabled verifier")
@@ -118,7 +122,8 @@ class RewardScorer:
         async_specs = {n: spec for n, spec in self._specs.items() if self._policies[n].is_async}
         self._all_rows = [name for name, policy in self._policies.items() if policy.all_rows]
         self._streak = TimeoutStreak(max_consecutive_timeouts, timeout_s)
-        self._sync = SyncVerifiers(
+        pool = sync_pool if sync_pool is not None and sync_specs and num_workers > 0 else SyncVerifiers
+        self._sync = pool(
             sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size,
             max_calls_per_worker=max_calls_per_worker, max_worker_rss_mb=max_worker_rss_mb, on_unit=self._heard,
         )
