@@ -7,7 +7,7 @@ Variants (``name``: placement, strategy):
 ``ddp``         local, 2 rank processes, torch DDP over gloo
 ``fsdp2``       local, 2 rank processes, torch fully_shard over gloo
 ``zero2``       local, 2 rank processes, DeepSpeed ZeRO-2 (needs the deepspeed extra)
-``ray-single``  Ray: one learner actor (strategy single) and one engine actor
+``ray-single``  Ray: one learner actor (strategy single, all the machine's CPUs) and one engine actor
 ``ray-ddp``     Ray: 2 learner actors (ddp) and one engine actor
 
 Prints, per variant, the median over the steps after the first of seconds per step, learner
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +36,9 @@ VARIANTS = {
     "ddp": {"learner": {"num_learners": 2, "strategy": "ddp"}},
     "fsdp2": {"learner": {"num_learners": 2, "strategy": "fsdp2"}},
     "zero2": {"learner": {"num_learners": 2, "strategy": "deepspeed", "zero_stage": 2}},
-    "ray-single": {"distributed": {"backend": "ray"}},
+    # The learner actor gets the machine's cores, as the one-process run's learner has them (an
+    # actor's torch threads follow its num_cpus, 1 by default): the difference is then Ray's.
+    "ray-single": {"distributed": {"backend": "ray", "learner_resources": {"num_cpus": os.cpu_count() or 1}}},
     "ray-ddp": {"distributed": {"backend": "ray"}, "learner": {"num_learners": 2, "strategy": "ddp"}},
 }
 
