@@ -73,7 +73,8 @@ def started_pids(run: Path, event: str, key: str) -> list[int]:
 
 
 @pytest.mark.parametrize(("event", "key", "victim", "message"), [
-    ("learners_started", "ranks", 1, r"learner rank 1 \(Ray actor \w+, pid {pid} on \S+\) died during \w+ \(step \d+\)"),
+    ("learners_started", "ranks", 1,
+     r"learner rank 1 \(Ray actor \w+, pid {pid} on \S+\) died during \w+ \((checkpoint of )?step \d+\)"),
     ("engines_started", "engines", 0, r"engine 0 \(Ray actor \w+, pid {pid} on \S+\) died during \w+"),
 ], ids=["learner", "engine"])
 def test_a_killed_actor_ends_the_run_naming_it_and_keeps_the_checkpoint(tmp_path, event, key, victim, message) -> None:
