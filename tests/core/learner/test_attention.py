@@ -20,7 +20,7 @@ from grpo_run.core.learner.attention import (
     varlen_attention,
     varlen_supported,
 )
-from grpo_run.core.learner.entropy import token_entropy
+from support.entropy import token_entropy
 from grpo_run.core.learner.logprobs import (
     batch_layout,
     block_causal_mask,

@@ -19,7 +19,7 @@ from support.learner import VOCAB, make_seqs, make_spec, params_of, tiny_model
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
-from grpo_run.core.learner.entropy import token_entropy
+from support.entropy import token_entropy
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser, aggregate

@@ -1,5 +1,6 @@
 """Entropy of the next-token distribution over full ``[R, L, V]`` logits: the reference the
-learner's chunked, completion-only entropy (``policy/entropy``, in :mod:`.logprobs`) is tested against."""
+learner's chunked, completion-only entropy (``policy/entropy``, in
+``grpo_run.core.learner.logprobs``) is tested against."""
 
 from __future__ import annotations
 
