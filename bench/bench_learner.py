@@ -2,18 +2,22 @@
 
     python bench/bench_learner.py [--mix bench-small|skewed] [--threads 2] [--repeats 5]
 
-``bench-small``: 128 sequences of bench_step's bench-small shape (prompt 8-24, completion 32).
-``skewed``     : 128 sequences, prompt 16-48 tokens, completions from a long-tailed (Pareto) mix
-                 capped at 512 new tokens -- most short, a few long.
+``bench-small``: 16 prompts x 8 samples of bench_step's bench-small shape (prompt 8-24, completion 32).
+``skewed``     : 16 prompts x 8 samples, prompt 16-48 tokens, completions from a long-tailed
+                 (Pareto) mix capped at 512 new tokens -- most short, a few long.
+The samples of a group share their prompt, as in a GRPO batch.
 Model: bench-small's (Llama h256, 4 layers, 4 heads, char vocab), random init, fp32.
 
 Modes, each the same objective (sum of advantage-weighted completion log-probs, backward):
-``varlen``  : grpo-run's learner path (rows flattened, per-sequence attention, completion logits only);
+``varlen``  : grpo-run's learner path (rows flattened, per-sequence attention, completion logits only,
+              each group's prompt computed once);
+``unshared``: the same with every sample's prompt computed (``algorithm.share_prompts = false``);
 ``dense``   : packed rows with the 4D block-causal mask (the path before varlen);
 ``padded``  : one sequence per row, right-padded to the longest, 2D padding mask -- what a
               padding trainer (TRL) does.
-Prints real tokens/s per mode (median of ``--repeats``, modes taking turns, after a warm-up) and the fp32 matmul floor
-(tokens/s at 6 x params FLOP per token). Asserts nothing.
+Prints real tokens/s per mode (every sequence's tokens, its prompt's included; median of
+``--repeats``, modes taking turns, after a warm-up) and the fp32 matmul floor (tokens/s at
+6 x params FLOP per token). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -44,18 +48,17 @@ def make_model():
     return LlamaForCausalLM(config).train()
 
 
-def make_seqs(mix: str, n: int = 128, seed: int = 0):
+def make_seqs(mix: str, groups: int = 16, group_size: int = 8, seed: int = 0):
     from grpo_run.core.rollout.packing import SequenceToPack
 
     rng = random.Random(seed)
     seqs = []
-    for i in range(n):
-        if mix == "bench-small":
-            p, c = rng.randint(8, 24), 32
-        else:
-            p, c = rng.randint(16, 48), min(512, int(12 * rng.paretovariate(1.1)))
-        seqs.append(SequenceToPack([rng.randrange(3, 60) for _ in range(p)], [rng.randrange(3, 60) for _ in range(c)],
-                                   rng.gauss(0, 1), [0.0] * c, seq_id=i))
+    for _ in range(groups):
+        prompt = [rng.randrange(3, 60) for _ in range(rng.randint(8, 24) if mix == "bench-small" else rng.randint(16, 48))]
+        for _ in range(group_size):
+            c = 32 if mix == "bench-small" else min(512, int(12 * rng.paretovariate(1.1)))
+            seqs.append(SequenceToPack(prompt, [rng.randrange(3, 60) for _ in range(c)], rng.gauss(0, 1), [0.0] * c,
+                                       seq_id=len(seqs)))
     return seqs
 
 
@@ -109,7 +112,7 @@ def main() -> int:
     parser.add_argument("--mix", choices=["bench-small", "skewed"], default="skewed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--modes", default="varlen,dense,padded")
+    parser.add_argument("--modes", default="varlen,unshared,dense,padded")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -120,23 +123,28 @@ def main() -> int:
     seqs = make_seqs(args.mix)
     batch = pack_sequences(seqs, max(512 + 64, max(len(s) for s in seqs)), pad_token_id=0)
     layout = batch_layout(batch)
+    unshared = batch_layout(batch, share_prompts=False)
     real = batch.num_real_tokens
     lengths = sorted(len(s) for s in seqs)
     print(f"mix {args.mix}: {len(seqs)} sequences, {real} tokens, lengths min {lengths[0]} "
           f"median {lengths[len(lengths) // 2]} max {lengths[-1]}; packed {batch.num_rows} rows x "
           f"{batch.row_length} (efficiency {batch.packed_ratio:.3f}); padded {len(seqs)} x {lengths[-1]} "
-          f"(efficiency {real / (len(seqs) * lengths[-1]):.3f})")
+          f"(efficiency {real / (len(seqs) * lengths[-1]):.3f}); shared prompts leave {layout.num_tokens} "
+          f"tokens to compute")
     params = sum(p.numel() for p in model.parameters())
     floor = matmul_gflops(args.threads) * 1e9 / (6 * params)
     print(f"threads {args.threads}; fp32 floor {floor:,.0f} tokens/s (6 x {params / 1e6:.2f}M FLOP per token)")
     runs = {
         "varlen": lambda: step_packed(model, batch, layout, dense=False),
+        "unshared": lambda: step_packed(model, batch, unshared, dense=False),
         "dense": lambda: step_packed(model, batch, layout, dense=True),
         "padded": lambda: step_padded(model, *padded_inputs(seqs)),
     }
     chosen = {mode: (lambda run=runs[mode]: (run(), model.zero_grad(set_to_none=True))) for mode in args.modes.split(",")}
     for mode, seconds in timed_round_robin(chosen, args.repeats).items():
-        print(f"{mode:<8} {seconds:7.3f} s  {real / seconds:9,.0f} tokens/s  {real / seconds / floor:6.1%} of floor")
+        computed = layout.num_tokens if mode == "varlen" else real
+        print(f"{mode:<8} {seconds:7.3f} s  {real / seconds:9,.0f} tokens/s  {real / seconds / floor:6.1%} of floor"
+              + (f"  ({computed / seconds / floor:.1%} counting only the tokens computed)" if computed != real else ""))
     floor_after = matmul_gflops(args.threads) * 1e9 / (6 * params)
     print(f"fp32 floor measured again after the runs: {floor_after:,.0f} tokens/s")
     return 0

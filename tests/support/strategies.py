@@ -10,7 +10,8 @@ import torch
 
 from support.learner import make_seqs, tiny_model
 
-from grpo_run.core.config.schema import AlgorithmSection, KLSlot, LearnerSection, OptimSection
+from grpo_run.core.config.processes import LearnerSection
+from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
 from grpo_run.core.rollout.packing import SequenceToPack

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_run.core.config.schema import DataSource
+from grpo_run.core.config.data_sections import DataSource
 from grpo_run.core.data.readers import read_source
 from grpo_run.core.data.rows import DataError
 

@@ -13,13 +13,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from grpo_run.core.learner.attention import (
-    enable_varlen_attention,
-    length_buckets,
-    sequence_layout,
-    varlen_attention,
-    varlen_supported,
-)
+from grpo_run.core.learner.attention import enable_varlen_attention, varlen_attention, varlen_supported
+from grpo_run.core.learner.layout import length_buckets, sequence_layout
 from support.entropy import token_entropy
 from grpo_run.core.learner.logprobs import (
     batch_layout,
@@ -54,30 +49,24 @@ def skewed_seqs(seed: int = 0) -> list[SequenceToPack]:
     ]
 
 
+def grouped_seqs(seed: int = 0) -> list[SequenceToPack]:
+    """Three groups whose samples share a prompt, completions 1..40 tokens (so one group's samples
+    fall in different length buckets), and one sequence alone with its prompt."""
+    rng = random.Random(seed)
+    out: list[SequenceToPack] = []
+    for prompt_len, completions in [(5, [40, 3, 12, 1]), (2, [6, 6, 30]), (9, [9, 2]), (4, [7])]:
+        prompt = [rng.randrange(1, VOCAB) for _ in range(prompt_len)]
+        for c in completions:
+            out.append(SequenceToPack(prompt, [rng.randrange(1, VOCAB) for _ in range(c)], rng.gauss(0, 1),
+                                      [0.0] * c, seq_id=len(out)))
+    return out
+
+
 def unpacked(model: torch.nn.Module, s: SequenceToPack) -> torch.Tensor:
     x = torch.tensor([s.prompt_ids + s.completion_ids])
     logits = model(input_ids=x, use_cache=False).logits[0]
     picked = torch.log_softmax(logits[:-1].double(), -1).gather(-1, x[0, 1:, None]).squeeze(-1)
     return torch.cat([picked.new_zeros(1), picked])
-
-
-def test_length_buckets_group_within_fill() -> None:
-    # Longest first; a bucket takes lengths >= 0.75 x its first: 40, 32 | 20, 16 | 8, 8, 7 | 1
-    assert length_buckets([8, 40, 20, 1, 32, 16, 8, 7]) == [[1, 4], [2, 5], [0, 6, 7], [3]]
-
-
-def test_sequence_layout_by_hand() -> None:
-    # Row 0: seq 0 at 0..3, seq 1 at 3..5; row 1: seq 2 at 0..4. Row length 6.
-    layout = sequence_layout([(0, 0, 3), (0, 3, 5), (1, 0, 4)], row_length=6)
-    # Buckets (fill 0.75): [4, 3] then [2]; stream = seq 2, seq 0, seq 1.
-    assert layout.token_index.tolist() == [6, 7, 8, 9, 0, 1, 2, 3, 4]
-    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 0, 1, 2, 0, 1]]
-    assert layout.cu_seqlens.tolist() == [0, 4, 7, 9] and layout.max_seqlen == 4
-    first, second = layout.buckets
-    assert (first.num_tokens, first.width) == (7, 4)
-    assert first.gather.tolist() == [0, 1, 2, 3, 4, 5, 6, 4]  # [2 x 4] slots; padding repeats a first token
-    assert first.valid.tolist() == [0, 1, 2, 3, 4, 5, 6]
-    assert (second.num_tokens, second.width, second.gather, second.valid) == (2, 2, None, None)
 
 
 def test_varlen_attention_equals_per_sequence_softmax() -> None:
@@ -121,6 +110,49 @@ def test_skewed_lengths_equal_unpacked_values_and_gradients(attn: str) -> None:
         (ref * weights[r, a:b].double()).sum().backward()
     for name, p in model.named_parameters():  # fp32 sums over ~250 tokens in different orders
         torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=5e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_shared_prompts_equal_unpacked_values_and_gradients(attn: str) -> None:
+    """Each group's prompt is computed once; every sequence's log-probs (its prompt's too) and the
+    gradients still equal each sequence run alone."""
+    seqs = grouped_seqs()
+    batch = pack_sequences(seqs, pack_length=64, pad_token_id=0)
+    layout = batch_layout(batch)
+    assert layout.shares and layout.num_virtual_tokens - layout.num_tokens == 5 * 3 + 2 * 2 + 9
+    model = llama(attn, seed=5)
+    weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(3))
+    packed = packed_token_logprobs(model, batch, layout=layout)
+    (packed * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    for i, s in enumerate(seqs):
+        r, a, b = batch.spans[i]
+        ref = unpacked(model, s)
+        torch.testing.assert_close(packed[r, a:b].detach().double(), ref.detach(), rtol=0, atol=1e-5)
+        (ref * weights[r, a:b].double()).sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=5e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_shared_and_unshared_prompts_train_alike() -> None:
+    """The learner's objective (completion log-probs) with and without sharing: same values and
+    gradients to float rounding, also under gradient checkpointing."""
+    seqs = grouped_seqs(1)
+    batch = pack_sequences(seqs, pack_length=64, pad_token_id=0)
+    results = []
+    for share, checkpointing in [(False, False), (True, False), (True, True)]:
+        model = llama(seed=6)
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        lp, _ = completion_logprobs(model, batch, layout=batch_layout(batch, share_prompts=share))
+        (lp * batch.advantages).sum().backward()
+        results.append((lp.detach(), [p.grad for p in model.parameters()]))
+    (base_lp, base_grads), *others = results
+    for lp, grads in others:
+        torch.testing.assert_close(lp, base_lp, rtol=0, atol=1e-6)
+        for a, b in zip(grads, base_grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-6)  # sums in another order
 
 
 def test_completion_logprobs_and_entropy_on_the_mask_only() -> None:
@@ -183,8 +215,9 @@ def test_unsupported_models_take_the_dense_path() -> None:
 @pytest.mark.gpu
 def test_flash_varlen_on_cuda_matches_bucketed_sdpa() -> None:
     pytest.importorskip("flash_attn")
-    seqs = skewed_seqs(4)
+    seqs = skewed_seqs(4) + grouped_seqs(4)
     batch = pack_sequences(seqs, pack_length=72, pad_token_id=0)
+    assert batch_layout(batch).shares  # flash varlen on the virtual stream, outputs picked back
     model = llama(seed=4).cuda().to(torch.bfloat16)
     with torch.no_grad():
         flash = packed_token_logprobs(model, batch)  # bf16 on CUDA: flash_attn_varlen_func

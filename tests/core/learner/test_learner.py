@@ -153,6 +153,28 @@ def test_several_updates_use_the_pre_update_policy_as_old() -> None:
         assert (call.logprobs[m] - call.old_logprobs[m]).abs().max() > 1e-3
 
 
+def test_shared_prompts_take_the_same_step_with_fewer_tokens() -> None:
+    # 3 groups of 4 samples sharing a 3-token prompt: one step with algorithm.share_prompts on and
+    # off moves the weights alike, and the sharing run reports the prompt tokens it did not recompute.
+    rng = random.Random(5)
+    seqs = []
+    for _ in range(3):
+        prompt = [rng.randrange(2, VOCAB) for _ in range(3)]
+        for _ in range(4):
+            completion = [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 6))]
+            seqs.append(SequenceToPack(prompt, completion, rng.gauss(0.0, 1.0), [-3.0] * len(completion), seq_id=len(seqs)))
+    results = {}
+    for share in (True, False):
+        model = tiny_model()
+        metrics = Learner(make_spec(share_prompts=share), model, None, DapoLoss(), None).train_step(seqs)
+        results[share] = (metrics, params_of(model))
+    assert results[True][0]["packing/shared_prompt_tokens"] == 3 * 3 * 3  # groups x later samples x prompt
+    assert results[False][0]["packing/shared_prompt_tokens"] == 0
+    assert results[True][0]["loss/policy"] == pytest.approx(results[False][0]["loss/policy"], abs=1e-6)
+    for a, b in zip(results[True][1], results[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_engine_logprobs_as_old() -> None:
     seqs = make_seqs()
     spy = SpyLoss()

@@ -68,10 +68,12 @@ def test_idle_batch_loss_and_gradient_are_exactly_zero() -> None:
 def test_rank_metrics_combine_losses_exactly_and_diagnostics_by_tokens() -> None:
     ranks = [
         ({"loss/policy": 0.3, "loss/total": 0.4, "optim/grad_norm": 1.5, "optim/lr": 1e-3, "loss/clip_frac": 0.2,
-          "packing/rows": 2.0, "packing/packed_ratio": 0.9, "perf/learner_s": 1.0, "perf/learner_tokens_per_s": 100.0},
+          "packing/rows": 2.0, "packing/packed_ratio": 0.9, "perf/learner_s": 1.0, "perf/learner_tokens_per_s": 100.0,
+          "packing/shared_prompt_tokens": 12.0},
          {"real_tokens": 90.0, "capacity": 100.0, "loss_tokens": 30.0, "rows": 2.0}),
         ({"loss/policy": -0.1, "loss/total": 0.0, "optim/grad_norm": 1.5, "optim/lr": 1e-3, "loss/clip_frac": 0.6,
-          "packing/rows": 1.0, "packing/packed_ratio": 0.5, "perf/learner_s": 2.0, "perf/learner_tokens_per_s": 40.0},
+          "packing/rows": 1.0, "packing/packed_ratio": 0.5, "perf/learner_s": 2.0, "perf/learner_tokens_per_s": 40.0,
+          "packing/shared_prompt_tokens": 5.0},
          {"real_tokens": 25.0, "capacity": 50.0, "loss_tokens": 10.0, "rows": 1.0}),
     ]
     out = combine_rank_metrics(ranks)
@@ -82,6 +84,7 @@ def test_rank_metrics_combine_losses_exactly_and_diagnostics_by_tokens() -> None
     assert out["packing/rows"] == 3.0
     assert out["packing/packed_ratio"] == pytest.approx(115 / 150, abs=1e-15)
     assert out["perf/learner_s"] == 2.0 and out["perf/learner_tokens_per_s"] == 140.0
+    assert out["packing/shared_prompt_tokens"] == 17.0  # every rank's skipped tokens add up
     # An idle rank (no loss tokens, no diagnostics) still counts its zero loss share.
     idle = ({"loss/policy": 0.0, "loss/total": 0.0, "optim/grad_norm": 1.5, "optim/lr": 1e-3,
              "packing/rows": 0.0, "packing/packed_ratio": 0.0, "perf/learner_s": 0.5, "perf/learner_tokens_per_s": 0.0},

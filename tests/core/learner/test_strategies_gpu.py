@@ -11,7 +11,7 @@ import torch
 
 from support.strategies import max_difference, rollout_batches, save_tiny_model, strategy_spec
 
-from grpo_run.core.config.schema import LearnerSection
+from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.placement.local import start_local_ranks
 

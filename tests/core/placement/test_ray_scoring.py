@@ -22,7 +22,7 @@ from support import faulty_verifiers as faulty
 from support.paths import REPO
 
 from grpo_run import NoConfig
-from grpo_run.core.config.schema import ActorResources
+from grpo_run.core.config.processes import ActorResources
 from grpo_run.core.errors import RunError
 from grpo_run.core.scoring.scorer import RewardScorer
 from grpo_run.plugins.verifiers.math import MathVerifier

@@ -10,7 +10,7 @@ import pytest
 from support.paths import REPO
 
 from grpo_run.core.config import ConfigError, dump_config_toml, load_config
-from grpo_run.core.config.schema import ActorResources
+from grpo_run.core.config.processes import ActorResources
 
 EXAMPLE = "examples/arithmetic.toml"
 

@@ -16,13 +16,14 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError
 
+from grpo_run.core.config.data_sections import TransformSlot
 from grpo_run.core.config.formatting import describe_value, unknown_key_error, with_key
 from grpo_run.core.config.hooks import register_strict_hooks, structure_attrs
-from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig, TransformSlot
+from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.config.slots import KLSlot, PluginSlot
 from grpo_run.core.errors import UnknownComponentError
 from grpo_run.core.plugins.families import TRANSFORM, Family, family_of_slot
 from grpo_run.core.plugins.registry import ComponentRegistry
-
 
 
 def make_converter(registry: ComponentRegistry) -> cattrs.Converter:

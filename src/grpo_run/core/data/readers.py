@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import DataSource
+from grpo_run.core.config.data_sections import DataSource
 from grpo_run.core.data.rows import DataError
 
 FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv"}

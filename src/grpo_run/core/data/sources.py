@@ -13,7 +13,8 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import DataSource, RunConfig
+from grpo_run.core.config.data_sections import DataSource
+from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.mixer import take_rows, target_count
 from grpo_run.core.data.readers import read_source
 from grpo_run.core.data.rows import ColumnMap, DataError, map_columns, normalise_row

@@ -18,119 +18,30 @@ stream; otherwise (CPU, fp32) sequences are grouped into length buckets, each bu
 a ``[S, H, L_max, D]`` batch and run through ``scaled_dot_product_attention(is_causal=True)``.
 Padding inside a bucket needs no mask: with each sequence at offset 0 of its slot, a causal query
 never sees the slots past its own sequence's end (padded queries are computed and dropped).
+
+With prompt sharing (:mod:`.layout`) attention runs on the *virtual* stream -- every sequence
+whole, a shared prompt gathered into each sequence that starts with it -- and each stream token
+takes the output of its own place; the gathers' backward sums the gradients of every copy.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import attrs
 import torch
 import torch.nn.functional as F
+
+from grpo_run.core.learner.layout import SequenceLayout
 
 LAYOUT_KWARG = "grpo_sequence_layout"
 """Forward keyword carrying the :class:`SequenceLayout` to the attention calls."""
 _PREFIX = "grpo_varlen:"
 SUPPORTED_ORIGINALS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
-BUCKET_FILL = 0.75
-"""A sequence joins a length bucket while it is at least this fraction of the bucket's longest:
-bounds the padded attention work at ``1 / 0.75**2 = 1.8x`` the real work, in few kernel calls."""
 
 _VARLEN_FORWARD: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_varlen_forward", default=False)
-
-
-@attrs.frozen(eq=False)
-class Bucket:
-    """Sequences of similar length, contiguous in the stream, run as one padded attention batch."""
-
-    num_tokens: int
-    """Stream tokens of the bucket's sequences (they follow the previous bucket's)."""
-    width: int
-    """Longest sequence of the bucket: the padded length."""
-    gather: torch.Tensor | None
-    """long ``[S_b * width]``: bucket-local token of each slot, row-major (padding slots repeat a
-    real one); None when every sequence has ``width`` tokens (then the tokens are just reshaped)."""
-    valid: torch.Tensor | None
-    """long ``[num_tokens]``: the slots holding a token of their sequence (None with ``gather``)."""
-
-
-@attrs.frozen(eq=False)
-class SequenceLayout:
-    """Where the sequences of a packed ``[R, L]`` batch sit once flattened into one token stream.
-
-    The stream holds every sequence's tokens, padding left out, ordered by length bucket
-    (longest first) so each bucket is a contiguous piece: splitting needs no gather.
-    """
-
-    token_index: torch.Tensor
-    """long ``[T]``: flat ``row * L + column`` of each stream token in the packed batch."""
-    position_ids: torch.Tensor
-    """long ``[1, T]``: position of each stream token inside its sequence."""
-    cu_seqlens: torch.Tensor
-    """int32 ``[S + 1]``: sequence boundaries in the stream (flash-attention's varlen format)."""
-    max_seqlen: int
-    buckets: tuple[Bucket, ...]
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.token_index.shape[0])
-
-    def to(self, device: torch.device | str) -> SequenceLayout:
-        if self.token_index.device == torch.device(device):
-            return self
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return attrs.evolve(
-            self, token_index=move(self.token_index), position_ids=move(self.position_ids),
-            cu_seqlens=move(self.cu_seqlens),
-            buckets=tuple(attrs.evolve(b, gather=move(b.gather), valid=move(b.valid)) for b in self.buckets),
-        )
-
-
-def length_buckets(lengths: Sequence[int], fill: float = BUCKET_FILL) -> list[list[int]]:
-    """Group sequence indices, longest first, so each group's lengths are >= ``fill`` x its longest."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and lengths[i] >= fill * lengths[groups[-1][0]]:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def sequence_layout(spans: Sequence[tuple[int, int, int]], row_length: int) -> SequenceLayout:
-    """The layout of a packed batch from its ``spans`` (``(row, start, end)`` per sequence)."""
-    lengths = [end - start for _, start, end in spans]
-    groups = length_buckets(lengths)
-    order = [i for group in groups for i in group]
-    token_index = [r * row_length + c for i in order for r, s, e in (spans[i],) for c in range(s, e)]
-    position_ids = [p for i in order for p in range(lengths[i])]
-    cu = [0]
-    for i in order:
-        cu.append(cu[-1] + lengths[i])
-    buckets = []
-    for group in groups:
-        n = torch.tensor([lengths[i] for i in group])
-        width, total = int(n[0]), int(n.sum())
-        gather = valid = None
-        if total != width * len(group):
-            cols = torch.arange(width)
-            start = torch.cumsum(n, 0) - n
-            valid = cols[None, :] < n[:, None]
-            # Padding slots repeat the sequence's first token: any real value will do (never seen).
-            gather = torch.where(valid, start[:, None] + cols[None, :], start[:, None]).flatten()
-            valid = torch.nonzero(valid.flatten())[:, 0]
-        buckets.append(Bucket(total, width, gather, valid))
-    return SequenceLayout(
-        token_index=torch.tensor(token_index, dtype=torch.long),
-        position_ids=torch.tensor(position_ids, dtype=torch.long)[None],
-        cu_seqlens=torch.tensor(cu, dtype=torch.int32),
-        max_seqlen=max(lengths, default=0),
-        buckets=tuple(buckets),
-    )
 
 
 # -- the attention function ---------------------------------------------------------------
@@ -141,7 +52,10 @@ def varlen_attention(
     *, scaling: float | None = None, dropout: float = 0.0,
 ) -> torch.Tensor:
     """Causal attention per sequence of the stream. ``query``: ``[1, H, T, D]``, ``key``/``value``:
-    ``[1, H_kv, T, D]`` (grouped-query heads are repeated); returns ``[1, T, H, D]``."""
+    ``[1, H_kv, T, D]`` (grouped-query heads are repeated); returns ``[1, T, H, D]``.
+
+    With prompt sharing (``layout.shares``) each sequence attends to its virtual copy of the
+    shared prompt, and each stream token takes the output of its own place."""
     heads = query.shape[1]
     if key.shape[1] != heads:
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
@@ -150,12 +64,16 @@ def varlen_attention(
     if _flash_varlen_usable(q):
         from flash_attn import flash_attn_varlen_func
 
+        if layout.virtual is not None:  # the virtual stream: every sequence whole
+            q, k, v = (t.index_select(0, layout.virtual) for t in (q, k, v))
         cu = layout.cu_seqlens.to(q.device)
         out = flash_attn_varlen_func(
             q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, layout.max_seqlen, layout.max_seqlen,
             dropout_p=dropout, softmax_scale=scaling, causal=True,
         )
-        return out[None]
+        return (out if layout.owner is None else out.index_select(0, layout.owner))[None]
+    if layout.shares:
+        return _shared_bucket_attention(q, k, v, layout, scaling, dropout)[None]
     pieces = []
     splits = [b.num_tokens for b in layout.buckets]
     for bucket, qs, ks, vs in zip(layout.buckets, q.split(splits), k.split(splits), v.split(splits)):
@@ -169,6 +87,24 @@ def varlen_attention(
         ob = ob.transpose(1, 2).reshape(-1, *ob.shape[1:2], ob.shape[-1])  # [S_b * L_b, H, D]
         pieces.append(ob if bucket.gather is None else _FromSlots.apply(ob, bucket.gather, bucket.valid))
     return (torch.cat(pieces) if len(pieces) > 1 else pieces[0])[None]
+
+
+def _shared_bucket_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: SequenceLayout, scaling: float | None, dropout: float
+) -> torch.Tensor:
+    """Bucketed attention when prompts are shared: each bucket's slots are gathered straight from
+    the stream (a shared prompt token fills a slot in every sequence that starts with it), and
+    each stream token's output is read from its own slot. Backward of the gathers sums the
+    gradient of every slot into its stream token."""
+    pieces = []
+    for bucket in layout.buckets:
+        assert bucket.slots is not None
+        qb, kb, vb = (t.index_select(0, bucket.slots).view(-1, bucket.width, *t.shape[1:]).transpose(1, 2)
+                      for t in (q, k, v))  # [S_b, H, L_b, D]
+        ob = F.scaled_dot_product_attention(qb, kb, vb, dropout_p=dropout, is_causal=True, scale=scaling)
+        pieces.append(ob.transpose(1, 2).reshape(-1, *ob.shape[1:2], ob.shape[-1]))  # [S_b * L_b, H, D]
+    slots = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    return slots.index_select(0, layout.owner_slot)
 
 
 class _ToSlots(torch.autograd.Function):
@@ -256,7 +192,10 @@ def _mask_wrapper(original_mask: Callable | None) -> Callable:
 
 
 def _register(original: str) -> str:
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.masking_utils import (
+        ALL_MASK_ATTENTION_FUNCTIONS,
+        AttentionMaskInterface,
+    )
     from transformers.modeling_utils import AttentionInterface
 
     name = _PREFIX + original

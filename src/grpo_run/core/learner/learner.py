@@ -31,7 +31,7 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
-from grpo_run.core.learner.attention import SequenceLayout
+from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights
@@ -114,7 +114,7 @@ class Learner:
             reduce_sum=self.strategy.reduce_sum,
         )
         # One sequence layout per mini-batch, shared by the policy, old and reference forwards.
-        layouts = [batch_layout(b) for b in mini_batches]
+        layouts = [batch_layout(b, share_prompts=alg.share_prompts) for b in mini_batches]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
@@ -137,6 +137,10 @@ class Learner:
         capacity = sum(b.input_ids.numel() for b in trained)
         out["packing/packed_ratio"] = real / max(1, capacity)
         out["packing/rows"] = float(sum(b.input_ids.shape[0] for b in trained))
+        # Prompt tokens computed once for several sequences (algorithm.share_prompts): not run again.
+        out["packing/shared_prompt_tokens"] = float(sum(
+            lay.num_virtual_tokens - lay.num_tokens for b, lay in zip(mini_batches, layouts) if not is_idle(b)
+        ))
         out["perf/learner_tokens_per_s"] = real * alg.num_epochs / max(elapsed, 1e-9)
         out["perf/learner_s"] = elapsed
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))

@@ -24,13 +24,8 @@ from typing import Any
 
 import torch
 
-from grpo_run.core.learner.attention import (
-    LAYOUT_KWARG,
-    SequenceLayout,
-    enable_varlen_attention,
-    sequence_layout,
-    varlen_forward,
-)
+from grpo_run.core.learner.attention import LAYOUT_KWARG, enable_varlen_attention, varlen_forward
+from grpo_run.core.learner.layout import SequenceLayout, sequence_layout
 from grpo_run.core.rollout.packing import PackedBatch
 
 LOGSUMEXP_CHUNK = 2048
@@ -53,9 +48,26 @@ def block_causal_mask(seq_ids: torch.Tensor, dtype: torch.dtype = torch.float32)
     return mask[:, None]
 
 
-def batch_layout(batch: PackedBatch) -> SequenceLayout:
-    """The varlen layout of ``batch`` (build it once for several forwards of the same batch)."""
-    return sequence_layout(batch.spans, batch.row_length).to(batch.input_ids.device)
+def batch_layout(batch: PackedBatch, *, share_prompts: bool = True) -> SequenceLayout:
+    """The varlen layout of ``batch`` (build it once for several forwards of the same batch).
+
+    ``share_prompts``: sequences that start with the same prompt (the tokens before their first
+    completion token) share one copy of it in the stream (see :mod:`.layout`)."""
+    prefixes = prompt_prefixes(batch) if share_prompts else None
+    return sequence_layout(batch.spans, batch.row_length, prefixes).to(batch.input_ids.device)
+
+
+def prompt_prefixes(batch: PackedBatch) -> list[tuple[int, ...] | None]:
+    """Per sequence of ``batch``, its prompt: the tokens before its first completion token (None
+    when it has no completion token)."""
+    ids = batch.input_ids.tolist()
+    completion = batch.completion_mask.tolist()
+    out: list[tuple[int, ...] | None] = []
+    for row, start, end in batch.spans:
+        marks = completion[row][start:end]
+        first = marks.index(True) if True in marks else -1
+        out.append(tuple(ids[row][start : start + first]) if first > 0 else None)
+    return out
 
 
 def token_logprobs_from_logits(
@@ -163,18 +175,21 @@ def _varlen_logits(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Logits ``[K, V]`` predicting the wanted tokens, their ids ``[K]`` and flat positions ``[K]``."""
     layout = (layout if layout is not None else batch_layout(batch)).to(device)
-    stream = batch.input_ids.to(device).flatten()[layout.token_index]  # [T]
-    # A wanted token with a predecessor in its sequence is predicted by the stream position before it.
-    targets = torch.nonzero(wanted.to(device).flatten()[layout.token_index] & (layout.position_ids[0] > 0))[:, 0]
+    flat_ids = batch.input_ids.to(device).flatten()
+    stream = flat_ids[layout.token_index]  # [T]
+    flat = layout.flat_positions()  # [V]: every sequence whole, shared prompts included
+    # A wanted token with a predecessor in its sequence is predicted by the token before it there
+    # (in the virtual stream; for the first token after a shared prompt, the prompt's last token).
+    targets = torch.nonzero(wanted.to(device).flatten()[flat] & (layout.sequence_positions() > 0))[:, 0]
     with varlen_forward():
         logits = model(
             input_ids=stream[None],
             position_ids=layout.position_ids,
             use_cache=False,
-            logits_to_keep=targets - 1,
+            logits_to_keep=layout.stream_of_virtual()[targets - 1],
             **{LAYOUT_KWARG: layout},
         ).logits[0]
-    return logits, stream[targets], layout.token_index[targets]
+    return logits, flat_ids[flat[targets]], flat[targets]
 
 
 def _dense_logits(

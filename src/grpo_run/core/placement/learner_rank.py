@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing  # noqa: F401 - registers shared-memory pickling of tensors for the pipe back
 
-from grpo_run.core.config.schema import LearnerSection
+from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies import make_strategy

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import LearnerSection
+from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts

@@ -24,7 +24,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from grpo_run.core.config.schema import ActorResources, LearnerSection, RunConfig
+from grpo_run.core.config.processes import ActorResources, LearnerSection
+from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import RunError
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts

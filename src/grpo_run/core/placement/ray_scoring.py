@@ -21,7 +21,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from grpo_run.core.config.schema import ActorResources
+from grpo_run.core.config.processes import ActorResources
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.placement.ray_actors import describe_actor, where_am_i
 from grpo_run.core.runlog import get_logger

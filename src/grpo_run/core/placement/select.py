@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from grpo_run.core.config.schema import LearnerSection, RunConfig
+from grpo_run.core.config.processes import LearnerSection
+from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.learner_group import LearnerGroup
 from grpo_run.core.plugins.types import EngineContext

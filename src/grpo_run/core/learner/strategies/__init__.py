@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from grpo_run.core.config.schema import LearnerSection
+from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.learner.strategies.base import Strategy
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from grpo_run.core.config.schema import LearnerSection, OptimSection
+from grpo_run.core.config.processes import LearnerSection
+from grpo_run.core.config.schema import OptimSection
 from grpo_run.core.learner.strategies.base import make_optimizer
 from grpo_run.core.learner.strategies.parallel import DataParallel
 

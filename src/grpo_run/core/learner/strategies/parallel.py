@@ -75,8 +75,8 @@ def combine_rank_metrics(ranks: Sequence[tuple[Mapping[str, float], Mapping[str,
             out[key] = sum(m.get(key, 0.0) for m, _ in ranks) / len(ranks)
         elif key == "perf/learner_s":
             out[key] = max(m[key] for m, _ in ranks)
-        elif key == "perf/learner_tokens_per_s":
-            out[key] = sum(m[key] for m, _ in ranks)
+        elif key in ("perf/learner_tokens_per_s", "packing/shared_prompt_tokens"):
+            out[key] = sum(m.get(key, 0.0) for m, _ in ranks)
         elif key == "packing/rows":
             out[key] = total["rows"]
         elif key == "packing/packed_ratio":

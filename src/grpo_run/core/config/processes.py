@@ -1,0 +1,124 @@
+"""Config sections that say which processes a run uses and where: ``[learner]`` (how many
+data-parallel ranks, which strategy) and ``[distributed]`` (in this process and its children, or
+as Ray actors with the resources each asks for)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import validators as v
+
+from grpo_run.core.config.validators import non_negative, positive
+
+Strategy = Literal["single", "ddp", "fsdp2", "deepspeed"]
+
+
+def _default_strategy(section: Any) -> str:
+    return "ddp" if section.num_learners > 1 else "single"
+
+
+@attrs.frozen
+class LearnerSection:
+    """How the learner is laid out: one process, or ``num_learners`` data-parallel ranks."""
+
+    num_learners: int = attrs.field(default=1, validator=positive)
+    """Learner processes (ranks). Each takes a token-balanced share of every mini-batch."""
+    strategy: Strategy = attrs.field(default=attrs.Factory(_default_strategy, takes_self=True))
+    """``"single"``: one process (default with one learner); ``"ddp"``: torch DistributedDataParallel
+    (default with several); ``"fsdp2"``: torch ``fully_shard`` (parameters, gradients and optimizer
+    state sharded over ranks); ``"deepspeed"``: DeepSpeed ZeRO (``zero_stage``; needs the
+    ``grpo-run[deepspeed]`` extra)."""
+    zero_stage: Literal[1, 2, 3] | None = attrs.field(default=None)
+    """DeepSpeed ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters;
+    ``strategy = "deepspeed"`` only (default 2 there)."""
+    offload_optimizer: bool = attrs.field(default=False)
+    """DeepSpeed: keep optimizer state (and its step) on the CPU; needs a GPU model."""
+    offload_params: bool = attrs.field(default=False)
+    """DeepSpeed ZeRO-3 or fsdp2: keep parameters on the CPU between uses (fsdp2 moves gradients and
+    optimizer state with them); needs a GPU model."""
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend: ``"auto"`` is NCCL for a CUDA model, gloo otherwise."""
+    threads_per_learner: int = attrs.field(default=0, validator=non_negative)
+    """torch threads in each learner process (``OMP_NUM_THREADS``); 0 = this machine's cores divided
+    by ``num_learners`` (local), or the actor's CPUs (Ray)."""
+    collective_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
+    """A collective (all-reduce, gather) waiting longer than this fails instead of hanging."""
+
+    @strategy.validator
+    def _one_rank_for_single(self, _attribute: attrs.Attribute, value: str) -> None:
+        if value == "single" and self.num_learners > 1:
+            raise ValueError(
+                f'"single" trains in one process, but num_learners = {self.num_learners}; '
+                'choose "ddp", "fsdp2" or "deepspeed"'
+            )
+
+    @zero_stage.validator
+    def _stage_for_deepspeed(self, _attribute: attrs.Attribute, value: int | None) -> None:
+        if value is not None and self.strategy != "deepspeed":
+            raise ValueError(f'is a DeepSpeed option; strategy is "{self.strategy}" (set strategy = "deepspeed")')
+
+    @offload_optimizer.validator
+    def _optimizer_offload(self, _attribute: attrs.Attribute, value: bool) -> None:
+        if value and self.strategy != "deepspeed":
+            hint = " (fsdp2 offloads optimizer state with offload_params)" if self.strategy == "fsdp2" else ""
+            raise ValueError(f'needs strategy = "deepspeed", got "{self.strategy}"{hint}')
+
+    @offload_params.validator
+    def _param_offload(self, _attribute: attrs.Attribute, value: bool) -> None:
+        if not value or self.strategy == "fsdp2" or (self.strategy == "deepspeed" and self.stage == 3):
+            return
+        raise ValueError(
+            f'needs strategy = "fsdp2", or "deepspeed" with zero_stage = 3 (got "{self.strategy}"'
+            + (f", zero_stage = {self.stage})" if self.strategy == "deepspeed" else ")")
+        )
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage in effect (``zero_stage``, default 2); 0 for other strategies."""
+        if self.strategy != "deepspeed":
+            return 0
+        return self.zero_stage if self.zero_stage is not None else 2
+
+
+@attrs.frozen
+class ActorResources:
+    """What one Ray actor asks the cluster for."""
+
+    num_cpus: float = attrs.field(default=1.0, validator=non_negative)
+    """CPUs the actor reserves (Ray's ``num_cpus``)."""
+    num_gpus: float = attrs.field(default=0.0, validator=non_negative)
+    """GPUs the actor reserves (Ray's ``num_gpus``); a CUDA model needs at least one per actor."""
+    resources: dict[str, float] = attrs.Factory(dict)
+    """Custom Ray resources (``{ "node_type_a" = 1 }``), as given to ``ray start --resources``."""
+
+
+@attrs.frozen
+class DistributedSection:
+    """Where the engines and learners run: in this process and its children, or as Ray actors."""
+
+    backend: Literal["local", "ray"] = "local"
+    """``"local"``: engines in this process, learner ranks in child processes. ``"ray"``: every
+    engine and learner rank is a Ray actor; connects to the cluster at ``RAY_ADDRESS`` or starts
+    a local Ray instance."""
+    engine_resources: ActorResources | None = None
+    """Per engine actor (``backend = "ray"``; default 1 CPU)."""
+    learner_resources: ActorResources | None = None
+    """Per learner actor (``backend = "ray"``; default 1 CPU)."""
+    scoring_actors: int = attrs.field(default=0, validator=non_negative)
+    """``backend = "ray"``: run the sync verifiers in this many Ray actors, each with
+    ``scoring.num_workers`` worker processes on the node Ray picks (same time limits and
+    recycling); 0: worker processes of the driver, on its node."""
+    scoring_resources: ActorResources | None = None
+    """Per scoring actor (``backend = "ray"``; default 1 CPU). Not part of the placement group."""
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None
+    """Reserve every actor's resources up front in one Ray placement group with this strategy
+    (one bundle per actor); unset: Ray places each actor on its own."""
+    startup_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0))
+    """Actors (and the placement group) not running within this time fail the run, naming what
+    the cluster could not provide."""
+
+    def resources_of(self, kind: Literal["engine", "learner", "scoring"]) -> ActorResources:
+        given = {"engine": self.engine_resources, "learner": self.learner_resources,
+                 "scoring": self.scoring_resources}[kind]
+        return given if given is not None else ActorResources()
