@@ -92,14 +92,11 @@ def test_varlen_attention_equals_per_sequence_softmax() -> None:
         torch.testing.assert_close(out[0, a:b], ref.transpose(0, 1), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_skewed_lengths_equal_unpacked_values_and_gradients(attn: str) -> None:
-    seqs = skewed_seqs()
-    batch = pack_sequences(seqs, pack_length=72, pad_token_id=0)
-    assert len(batch_layout(batch).buckets) >= 3
-    model = llama(attn)
-    weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(2))
-    packed = packed_token_logprobs(model, batch)
+def assert_equal_to_unpacked(model, seqs, batch, layout=None, seed: int = 2) -> None:
+    """Every token's packed log-prob and the gradient of a random weighting of them equal each
+    sequence run alone (float64 reference)."""
+    weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(seed))
+    packed = packed_token_logprobs(model, batch, layout=layout)
     (packed * weights).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
@@ -113,6 +110,14 @@ def test_skewed_lengths_equal_unpacked_values_and_gradients(attn: str) -> None:
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_skewed_lengths_equal_unpacked_values_and_gradients(attn: str) -> None:
+    seqs = skewed_seqs()
+    batch = pack_sequences(seqs, pack_length=72, pad_token_id=0)
+    assert len(batch_layout(batch).buckets) >= 3
+    assert_equal_to_unpacked(llama(attn), seqs, batch)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_shared_prompts_equal_unpacked_values_and_gradients(attn: str) -> None:
     """Each group's prompt is computed once; every sequence's log-probs (its prompt's too) and the
     gradients still equal each sequence run alone."""
@@ -120,19 +125,7 @@ def test_shared_prompts_equal_unpacked_values_and_gradients(attn: str) -> None:
     batch = pack_sequences(seqs, pack_length=64, pad_token_id=0)
     layout = batch_layout(batch)
     assert layout.shares and layout.num_virtual_tokens - layout.num_tokens == 5 * 3 + 2 * 2 + 9
-    model = llama(attn, seed=5)
-    weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(3))
-    packed = packed_token_logprobs(model, batch, layout=layout)
-    (packed * weights).sum().backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    for i, s in enumerate(seqs):
-        r, a, b = batch.spans[i]
-        ref = unpacked(model, s)
-        torch.testing.assert_close(packed[r, a:b].detach().double(), ref.detach(), rtol=0, atol=1e-5)
-        (ref * weights[r, a:b].double()).sum().backward()
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=5e-6, msg=lambda m, n=name: f"{n}: {m}")
+    assert_equal_to_unpacked(llama(attn, seed=5), seqs, batch, layout, seed=3)
 
 
 def test_shared_and_unshared_prompts_train_alike() -> None:

@@ -26,7 +26,7 @@ class DataError(UserError):
 
 @attrs.frozen
 class ColumnMap:
-    """Which columns of a source hold what (see :class:`~grpo_run.core.config.schema.DataSource`)."""
+    """Which columns of a source hold what (see :class:`~grpo_run.core.config.data_sections.DataSource`)."""
 
     dataset: str
     prompt_key: str | None = None
