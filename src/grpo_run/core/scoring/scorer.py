@@ -36,6 +36,7 @@ from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reach
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
 from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
+from grpo_run.core.scoring.planning import group_units, plan_row
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
 from grpo_run.core.scoring.results import ScoredBatch, ScoredCompletion
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
@@ -188,7 +189,7 @@ class RewardScorer:
 
     def row_max_score(self, row: Mapping[str, Any]) -> float:
         """The most ``row`` can score if all its verifiers apply (the ``max_reward`` it would get)."""
-        names = [name for name, _ in self._plan_row(row, [])]
+        names = [name for name, _ in plan_row(row, self.default_verifier, self._specs, self._all_rows, [])]
         return self.verification_reward * sum(self._policies[n].max_contribution for n in names)
 
     @property
@@ -243,7 +244,7 @@ class RewardScorer:
                 extra[FINISH_REASON_KEY] = finish_reasons[i]
             if num_tokens is not None:
                 extra[NUM_TOKENS_KEY] = num_tokens[i]
-            for name, gold in self._plan_row(row, row_errors[i]):
+            for name, gold in plan_row(row, self.default_verifier, self._specs, self._all_rows, row_errors[i]):
                 planned.append(_Planned(i, name))
                 calls.append(VerifierCall(name, completion, gold, {**row, **extra}))
             if row_errors[i]:
@@ -281,34 +282,7 @@ class RewardScorer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- planning and combining ------------------------------------------------------------------
-
-    def _plan_row(self, row: Mapping[str, Any], errors: list[str]) -> list[tuple[str, Any]]:
-        """(verifier, ground truth) pairs for the row: the enabled verifiers it names, then those
-        scoring every row; problems go to ``errors``."""
-        names = row.get("verifier", self.default_verifier)
-        gold = row.get("ground_truth")
-        if names is None and self._all_rows:
-            pairs: list[tuple[str, Any]] = []
-        elif isinstance(names, str):
-            pairs = [(names, gold)]
-        elif isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
-            if not (isinstance(gold, (list, tuple)) and len(gold) == len(names)):
-                errors.append(f"verifier lists {len(names)} names, so ground_truth must be a list of {len(names)}")
-                pairs = []
-            else:
-                pairs = list(zip(names, gold, strict=True))
-        else:
-            errors.append(f"verifier must be a name or a list of names, got {names!r}")
-            pairs = []
-        if len({name for name, _ in pairs}) != len(pairs):
-            errors.append(f"verifier names a verifier twice: {names!r}")
-            pairs = []
-        for name, _ in pairs:
-            if name not in self._specs:
-                errors.append(f"verifier {name!r} is not enabled; enabled: {', '.join(self._specs)}")
-        named = {name for name, _ in pairs}
-        return [(n, g) for n, g in pairs if n in self._specs] + [(n, None) for n in self._all_rows if n not in named]
+    # -- combining -----------------------------------------------------------------------------
 
     def _combine(
         self,
@@ -378,8 +352,8 @@ class RewardScorer:
         """Outcomes of ``calls`` in order: sync ones in workers, async ones here, concurrently."""
         sync_idx = [i for i, c in enumerate(calls) if not self._policies[c.verifier].is_async]
         async_idx = [i for i, c in enumerate(calls) if self._policies[c.verifier].is_async]
-        sync_units = self._group_units(calls, sync_idx, max(1, self.num_workers))
-        async_units = self._group_units(calls, async_idx, 1)
+        sync_units = group_units(calls, sync_idx, max(1, self.num_workers), self._policies)
+        async_units = group_units(calls, async_idx, 1, self._policies)
         sync_done, async_done = await asyncio.gather(
             self._sync.run([[calls[i] for i in u] for u in sync_units]),
             self._async.run([[calls[i] for i in u] for u in async_units]) if async_units else _no_outcomes(),
@@ -390,29 +364,6 @@ class RewardScorer:
                 for i, outcome in zip(unit, unit_outcomes, strict=True):
                     outcomes[i] = outcome
         return outcomes
-
-    def _group_units(self, calls: list[VerifierCall], indices: list[int], spread: int) -> list[list[int]]:
-        """Group call indices into units: one per call, except batched verifiers' calls, which
-        go in batches of at most ``max_batch_size`` (and small enough to spread over ``spread``
-        workers). A batch sits where its first call was."""
-        per_verifier: dict[str, int] = {}
-        for i in indices:
-            per_verifier[calls[i].verifier] = per_verifier.get(calls[i].verifier, 0) + 1
-        units: list[list[int]] = []
-        open_batch: dict[str, list[int]] = {}
-        for i in indices:
-            name = calls[i].verifier
-            policy = self._policies[name]
-            if not policy.batched:
-                units.append([i])
-                continue
-            cap = min(policy.max_batch_size, max(1, math.ceil(per_verifier[name] / spread)))
-            batch = open_batch.get(name)
-            if batch is None or len(batch) >= cap:
-                batch = open_batch[name] = []
-                units.append(batch)
-            batch.append(i)
-        return units
 
     def _close_async_outside_loop(self) -> None:
         try:
