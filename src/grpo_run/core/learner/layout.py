@@ -145,68 +145,57 @@ def sequence_layout(
     groups = length_buckets(lengths)
     order = [i for group in groups for i in group]
     shared = _shared_lengths(order, lengths, shared_prefixes)
-    owner_of: dict[tuple[int, ...], int] = {}
-    stream_start: dict[int, int] = {}  # sequence -> stream index of its first own token
-    token_index: list[int] = []
-    positions: list[int] = []
-    virtual: list[int] = []
-    virtual_flat: list[int] = []
-    virtual_positions: list[int] = []
-    owner: list[int] = []
-    for i in order:
-        row, start, end = spans[i]
-        n, k = lengths[i], shared[i]
-        first_virtual, base = len(virtual), len(token_index)
-        stream_start[i] = base
-        prefix = shared_prefixes[i] if shared_prefixes is not None else None
-        if prefix and len(prefix) <= n:
-            owner_of.setdefault(prefix, i)  # the first in bucket order owns it
-        source = owner_of[prefix] if k else i  # type: ignore[index]
-        for c in range(k, n):
-            token_index.append(row * row_length + start + c)
-            positions.append(c)
-            owner.append(first_virtual + c)
-        for c in range(n):
-            virtual.append(stream_start[source] + c if c < k else base + c - k)
-            virtual_flat.append(row * row_length + start + c)
-            virtual_positions.append(c)
-    cu = [0]
-    for i in order:
-        cu.append(cu[-1] + lengths[i])
-    sharing = len(virtual) != len(token_index)
-    virtual_t = torch.tensor(virtual, dtype=torch.long)
+    source = _prefix_sources(order, shared, shared_prefixes)
+    # Per virtual token (sequences whole, in bucket order): its sequence's place in ``order``,
+    # its position in the sequence, and whether it is the sequence's own (not a shared prompt's).
+    n = torch.tensor([lengths[i] for i in order], dtype=torch.long)
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(n, 0)])
+    seq = torch.repeat_interleave(torch.arange(len(order)), n)
+    pos = torch.arange(int(cu[-1])) - cu[:-1][seq]
+    k = torch.tensor([shared[i] for i in order], dtype=torch.long)
+    own = pos >= k[seq]
+    base = torch.tensor([spans[i][0] * row_length + spans[i][1] for i in order], dtype=torch.long)
+    virtual_flat = base[seq] + pos
+    owner = torch.nonzero(own)[:, 0]  # stream token -> its own virtual token
+    token_index, positions = virtual_flat[owner], pos[owner]
+    sharing = owner.numel() != own.numel()
+    virtual: torch.Tensor | None = None  # virtual token -> stream token; identity without sharing
+    if sharing:
+        stream_of_own = torch.cumsum(own, 0) - 1
+        first_own = stream_of_own[cu[:-1].clamp(max=max(0, own.numel() - 1))]  # a source's first token
+        place = {seq_index: j for j, seq_index in enumerate(order)}
+        src = torch.tensor([place[source.get(i, i)] for i in order], dtype=torch.long)
+        virtual = torch.where(own, stream_of_own, first_own[src[seq]] + pos)
     buckets = []
     first_virtual = 0
     slots_so_far = 0
-    owner_slot = torch.empty(len(token_index), dtype=torch.long)
-    owner_t = torch.tensor(owner, dtype=torch.long)
+    slot_of_virtual = []
     for group in groups:
-        n = torch.tensor([lengths[i] for i in group])
-        width, total = int(n[0]), int(n.sum())
+        sizes = torch.tensor([lengths[i] for i in group])
+        width, total = int(sizes[0]), int(sizes.sum())
         gather = valid = None
         local_slots = torch.arange(total)
         if total != width * len(group):
             cols = torch.arange(width)
-            start = torch.cumsum(n, 0) - n
-            mask = cols[None, :] < n[:, None]
+            start = torch.cumsum(sizes, 0) - sizes
+            mask = cols[None, :] < sizes[:, None]
             # Padding slots repeat the sequence's first token: any real value will do (never seen).
             gather = torch.where(mask, start[:, None] + cols[None, :], start[:, None]).flatten()
             valid = torch.nonzero(mask.flatten())[:, 0]
             local_slots = valid
         slots = None
         if sharing:
-            piece = virtual_t[first_virtual : first_virtual + total]
+            assert virtual is not None
+            piece = virtual[first_virtual : first_virtual + total]
             slots = piece if gather is None else piece[gather]
-            # Stream tokens whose own virtual token falls in this bucket take that token's slot.
-            mine = (owner_t >= first_virtual) & (owner_t < first_virtual + total)
-            owner_slot[mine] = slots_so_far + local_slots[owner_t[mine] - first_virtual]
+            slot_of_virtual.append(slots_so_far + local_slots)
         buckets.append(Bucket(total, width, gather, valid, slots))
         first_virtual += total
         slots_so_far += width * len(group)
     layout = SequenceLayout(
-        token_index=torch.tensor(token_index, dtype=torch.long),
-        position_ids=torch.tensor(positions, dtype=torch.long)[None],
-        cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+        token_index=token_index,
+        position_ids=positions[None],
+        cu_seqlens=cu.to(torch.int32),
         max_seqlen=max(lengths, default=0),
         buckets=tuple(buckets),
     )
@@ -214,12 +203,31 @@ def sequence_layout(
         return layout
     return attrs.evolve(
         layout,
-        virtual=virtual_t,
-        owner=owner_t,
-        owner_slot=owner_slot,
-        virtual_flat=torch.tensor(virtual_flat, dtype=torch.long),
-        virtual_positions=torch.tensor(virtual_positions, dtype=torch.long),
+        virtual=virtual,
+        owner=owner,
+        owner_slot=torch.cat(slot_of_virtual)[owner],
+        virtual_flat=virtual_flat,
+        virtual_positions=pos,
     )
+
+
+def _prefix_sources(
+    order: Sequence[int], shared: Sequence[int], prefixes: Sequence[tuple[int, ...] | None] | None
+) -> dict[int, int]:
+    """Per sequence that shares a prefix (``shared[i] > 0``), the sequence whose copy it uses: the
+    first in ``order`` with that prefix."""
+    first: dict[tuple[int, ...], int] = {}
+    out: dict[int, int] = {}
+    if prefixes is None:
+        return out
+    for i in order:
+        prefix = prefixes[i]
+        if not prefix:
+            continue
+        owner = first.setdefault(prefix, i)
+        if shared[i]:
+            out[i] = owner
+    return out
 
 
 def _shared_lengths(
