@@ -192,10 +192,7 @@ def _mask_wrapper(original_mask: Callable | None) -> Callable:
 
 
 def _register(original: str) -> str:
-    from transformers.masking_utils import (
-        ALL_MASK_ATTENTION_FUNCTIONS,
-        AttentionMaskInterface,
-    )
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
     from transformers.modeling_utils import AttentionInterface
 
     name = _PREFIX + original

@@ -144,15 +144,15 @@ def sequence_layout(
     lengths = [end - start for _, start, end in spans]
     groups = length_buckets(lengths)
     order = [i for group in groups for i in group]
-    shared = _shared_lengths(order, lengths, shared_prefixes)
-    source = _prefix_sources(order, shared, shared_prefixes)
+    source = _prefix_sources(order, lengths, shared_prefixes)  # place in order -> its prefix's owner's
     # Per virtual token (sequences whole, in bucket order): its sequence's place in ``order``,
     # its position in the sequence, and whether it is the sequence's own (not a shared prompt's).
     n = torch.tensor([lengths[i] for i in order], dtype=torch.long)
     cu = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(n, 0)])
     seq = torch.repeat_interleave(torch.arange(len(order)), n)
     pos = torch.arange(int(cu[-1])) - cu[:-1][seq]
-    k = torch.tensor([shared[i] for i in order], dtype=torch.long)
+    k = torch.tensor([len(shared_prefixes[i]) if j in source else 0  # type: ignore[index]
+                      for j, i in enumerate(order)], dtype=torch.long)
     own = pos >= k[seq]
     base = torch.tensor([spans[i][0] * row_length + spans[i][1] for i in order], dtype=torch.long)
     virtual_flat = base[seq] + pos
@@ -162,9 +162,8 @@ def sequence_layout(
     virtual: torch.Tensor | None = None  # virtual token -> stream token; identity without sharing
     if sharing:
         stream_of_own = torch.cumsum(own, 0) - 1
-        first_own = stream_of_own[cu[:-1].clamp(max=max(0, own.numel() - 1))]  # a source's first token
-        place = {seq_index: j for j, seq_index in enumerate(order)}
-        src = torch.tensor([place[source.get(i, i)] for i in order], dtype=torch.long)
+        first_own = stream_of_own[cu[:-1]]  # for an owner of a prefix: the stream index of its first token
+        src = torch.tensor([source.get(j, j) for j in range(len(order))], dtype=torch.long)
         virtual = torch.where(own, stream_of_own, first_own[src[seq]] + pos)
     buckets = []
     first_virtual = 0
@@ -212,37 +211,19 @@ def sequence_layout(
 
 
 def _prefix_sources(
-    order: Sequence[int], shared: Sequence[int], prefixes: Sequence[tuple[int, ...] | None] | None
+    order: Sequence[int], lengths: Sequence[int], prefixes: Sequence[tuple[int, ...] | None] | None
 ) -> dict[int, int]:
-    """Per sequence that shares a prefix (``shared[i] > 0``), the sequence whose copy it uses: the
-    first in ``order`` with that prefix."""
-    first: dict[tuple[int, ...], int] = {}
+    """For each sequence that takes its prefix from an earlier one, its place in ``order`` -> the
+    place of the first sequence in ``order`` with that prefix (which keeps it in the stream)."""
     out: dict[int, int] = {}
     if prefixes is None:
         return out
-    for i in order:
-        prefix = prefixes[i]
-        if not prefix:
-            continue
-        owner = first.setdefault(prefix, i)
-        if shared[i]:
-            out[i] = owner
-    return out
-
-
-def _shared_lengths(
-    order: Sequence[int], lengths: Sequence[int], prefixes: Sequence[tuple[int, ...] | None] | None
-) -> list[int]:
-    """Per sequence, how many of its first tokens it takes from an earlier sequence (0: none)."""
-    shared = [0] * len(lengths)
-    if prefixes is None:
-        return shared
-    seen: set[tuple[int, ...]] = set()
-    for i in order:
+    first: dict[tuple[int, ...], int] = {}
+    for j, i in enumerate(order):
         prefix = prefixes[i]
         if not prefix or len(prefix) > lengths[i]:
             continue
-        if prefix in seen:
-            shared[i] = len(prefix)
-        seen.add(prefix)
-    return shared
+        owner = first.setdefault(prefix, j)
+        if owner != j:
+            out[j] = owner
+    return out

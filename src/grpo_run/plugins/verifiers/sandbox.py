@@ -1,6 +1,8 @@
 """Run untrusted programs in a bubblewrap sandbox: :func:`run_sandboxed`.
 
-Standard library only, so it can be reused (and tested) without the rest of grpo-run.
+Standard library only and one self-contained file, so it can be reused (and tested) without the
+rest of grpo-run: the hostile-code tests load it by path, as ``nobody``, under the system Python,
+where no ``grpo_run`` package is importable (so it is not split into modules that import each other).
 
 What a sandboxed run gets (see :func:`bwrap_argv` for the exact command line):
 
