@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grpo_run.core.rollout.advantages import group_advantages, nonzero_std_mask
+from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread
 
 
 def test_standard_uses_sample_std() -> None:
@@ -44,12 +44,58 @@ def test_errors() -> None:
         group_advantages(torch.zeros(4), "centered")
 
 
-def test_nonzero_std_mask() -> None:
-    rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.25]])
-    assert nonzero_std_mask(rewards).tolist() == [False, False, True, True]
-    # Consistent with the std it guards: kept groups have std > 0, dropped ones exactly 0.
-    std = rewards.std(dim=1)
-    assert torch.equal(nonzero_std_mask(rewards), std > 0)
+# Rows: equal; equal; a spread; a spread; 0.1 + 0.2 vs 0.3 (0.30000000000000004 vs 0.3: a
+# rounding difference of 5.6e-17, no spread); 1e6-scale rewards 1.2e-10 apart (relative 1e-16,
+# no spread); 1e-6 apart (a real, if small, spread).
+SPREAD_ROWS = [
+    [1.0, 1.0, 1.0],
+    [0.0, 0.0, 0.0],
+    [0.0, 1.0, 0.0],
+    [0.5, 0.5, 0.25],
+    [0.1 + 0.2, 0.3, 0.3],
+    [1e6 + 1.2e-10, 1e6, 1e6],
+    [0.5, 0.5 + 1e-6, 0.5],
+]
+SPREAD = [False, False, True, True, False, False, True]
+
+
+def test_groups_with_spread() -> None:
+    rewards = torch.tensor(SPREAD_ROWS, dtype=torch.float64)
+    assert groups_with_spread(rewards).tolist() == SPREAD
+    assert groups_with_spread(torch.tensor([[2, 2], [2, 3]])).tolist() == [False, True]  # integer rewards
+    with pytest.raises(ValueError, match="num_groups, G"):
+        groups_with_spread(torch.zeros(4))
+
+
+@pytest.mark.parametrize(("kind", "std"), [("standard", "sample"), ("standard", "population"), ("centered", "sample")])
+def test_groups_without_spread_get_exactly_zero_advantages(kind, std) -> None:
+    # Eight rewards of 0.1 average to 0.09999999999999999, so r - mean is 1.4e-17 and the standard
+    # advantage 1.4e-17 / (1.5e-17 + 1e-8) ~ 1e-9 unless the group is zeroed as a whole.
+    rewards = torch.tensor([[0.1] * 8, [0.1 + 0.2] + [0.3] * 7, [1.0] + [0.0] * 7], dtype=torch.float64)
+    adv = group_advantages(rewards, kind, eps=1e-8, std=std)
+    assert adv[:2].tolist() == [[0.0] * 8] * 2
+    assert adv[2, 0] > 0.8 and (adv[2, 1:] < 0).all()
+
+
+def test_training_filter_and_active_sampling_refill_agree() -> None:
+    # The filter (build_sequences with filter_zero_std_samples) keeps exactly the groups that the
+    # refill of active sampling (RolloutGroup.has_spread) keeps; with the filter off, the groups
+    # it would drop train with zero advantages.
+    from grpo_run.core.config.schema import AlgorithmSection
+    from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup, build_sequences
+    from grpo_run import Completion
+
+    comp = Completion(token_ids=(5, 6), logprobs=(-1.0, -1.0), text="x", finish_reason="stop", policy_version=0)
+    groups = [RolloutGroup(row={"id": str(i)}, prompt_ids=[1], completions=[comp] * 3, rewards=r, max_reward=1.0)
+              for i, r in enumerate(SPREAD_ROWS)]
+    assert [g.has_spread for g in groups] == SPREAD
+    batch = RolloutBatch(1, groups, 0.1, {})
+    seqs, metrics = build_sequences(batch, AlgorithmSection(), learner_version=0)
+    assert len(seqs) == 3 * sum(SPREAD)
+    assert metrics["rollout/real_batch_size_ratio"] == pytest.approx(sum(SPREAD) / len(SPREAD))
+    seqs, _ = build_sequences(batch, AlgorithmSection(filter_zero_std_samples=False), learner_version=0)
+    advantages = [[s.advantage for s in seqs[3 * i : 3 * i + 3]] for i in range(len(SPREAD))]
+    assert [adv == [0.0, 0.0, 0.0] for adv in advantages] == [not spread for spread in SPREAD]
 
 
 def test_population_std_is_open_instructs_choice() -> None:

@@ -118,3 +118,40 @@ def test_a_generation_error_surfaces_after_scoring_what_arrived() -> None:
 def test_a_scoring_error_cancels_generation() -> None:
     with pytest.raises(RuntimeError, match="scorer broke"):
         produce(BurstEngine([[0], [1], [2], [3]]), Scorer(fail=True))
+
+
+class RefillingSampler(Sampler):
+    """Active sampling's ability: rows 0, 1, 2, ... in order across calls."""
+
+    wants_nonzero_std = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next = 0
+
+    def sample(self, n):
+        rows = [{"id": str(i)} for i in range(self.next, self.next + n)]
+        self.next += n
+        return rows
+
+
+class RoundingScorer(Scorer):
+    """Even rows: rewards 1e6 apart from each other by one float rounding step (no spread);
+    odd rows: 0, 1, 2."""
+
+    async def score(self, rows, texts, finish_reasons=None, num_tokens=None):
+        rewards = [1e6 + (1.2e-10 if t.endswith("s0") else 0.0) if int(r["id"]) % 2 == 0 else float(t.split("s")[1])
+                   for r, t in zip(rows, texts)]
+        return ScoredBatch([ScoredCompletion(x, 2e6, {"v": 1.0}) for x in rewards], ScoringMetrics())
+
+
+def test_active_sampling_refill_drops_what_the_training_filter_drops() -> None:
+    from grpo_run.core.config.schema import AlgorithmSection
+    from grpo_run.core.rollout.sequences import group_signal
+
+    producer = RolloutProducer(RefillingSampler(), PlainEngine(), RoundingScorer(), Encoder(), SamplingParams(n=N), 2)
+    batch = asyncio.run(producer.produce(1))
+    # Rows 0 and 2 have no spread: refilled by rows 1 and 3, and the filter keeps both.
+    assert [g.row["id"] for g in batch.groups] == ["1", "3"]
+    signal = group_signal(batch, AlgorithmSection())
+    assert signal is not None and signal.keep.tolist() == [True, True]

@@ -21,31 +21,44 @@ def group_advantages(
       ``G = 8`` the two differ by a factor sqrt(8/7) ~ 1.069.
     * ``"centered"``: ``r - mean`` (Dr. GRPO's choice: no per-group rescaling).
 
-    A group whose rewards are all equal gets all-zero advantages either way.
+    A group without spread (:func:`groups_with_spread` is false) gets exactly 0.0 advantages
+    either way: the mean of equal floats is not always that float (eight rewards of 0.1 average
+    to 0.09999999999999999), so ``r - mean`` alone would leave ~1e-17 / (1e-17 + eps) ~ 1e-10.
     """
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, G], got shape {tuple(rewards.shape)}")
     r = rewards if rewards.is_floating_point() else rewards.float()
     centered = r - r.mean(dim=1, keepdim=True)
     if kind == "centered":
-        return centered
-    if kind != "standard":
+        advantages = centered
+    elif kind != "standard":
         raise ValueError(f"unknown advantage kind {kind!r}; expected 'standard' or 'centered'")
-    if std == "sample":
+    elif std == "sample":
         if r.shape[1] < 2:
             raise ValueError("standard advantages with the sample std need at least 2 samples per group")
-        return centered / (r.std(dim=1, keepdim=True) + eps)
-    if std == "population":
-        return centered / (r.std(dim=1, keepdim=True, correction=0) + eps)
-    raise ValueError(f"unknown std kind {std!r}; expected 'sample' or 'population'")
+        advantages = centered / (r.std(dim=1, keepdim=True) + eps)
+    elif std == "population":
+        advantages = centered / (r.std(dim=1, keepdim=True, correction=0) + eps)
+    else:
+        raise ValueError(f"unknown std kind {std!r}; expected 'sample' or 'population'")
+    return torch.where(groups_with_spread(r)[:, None], advantages, torch.zeros_like(advantages))
 
 
-def nonzero_std_mask(rewards: torch.Tensor) -> torch.Tensor:
-    """bool ``[num_groups]``: true for groups whose rewards are not all equal.
+SPREAD_ATOL = 1e-12
+SPREAD_RTOL = 1e-9
 
-    Exact comparison (the std of equal floats is exactly 0), so a group kept here never has
-    ``std == 0``; groups that are false carry no learning signal under GRPO.
+
+def groups_with_spread(rewards: torch.Tensor) -> torch.Tensor:
+    """bool ``[num_groups]``: whether each group's rewards (``[num_groups, G]``) have a spread.
+
+    The one definition of "no spread" (docs/algorithms.md): ``max - min <= SPREAD_ATOL +
+    SPREAD_RTOL * max(|max|, |min|)``, i.e. the rewards are equal up to float rounding (weights
+    0.1 + 0.2 on one completion and 0.3 on another give 0.30000000000000004 and 0.3: no spread).
+    Such a group gets exactly zero advantages (:func:`group_advantages`), is dropped from training
+    by ``algorithm.filter_zero_std_samples`` and is replaced by active sampling's refill.
     """
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, G], got shape {tuple(rewards.shape)}")
-    return (rewards != rewards[:, :1]).any(dim=1)
+    r = rewards if rewards.is_floating_point() else rewards.double()
+    high, low = r.max(dim=1).values, r.min(dim=1).values
+    return (high - low) > SPREAD_ATOL + SPREAD_RTOL * torch.maximum(high.abs(), low.abs())

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.rollout.advantages import group_advantages, nonzero_std_mask
+from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread
 from grpo_run.core.plugins.types import Completion, is_solved
 from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.rollout.packing import SequenceToPack
@@ -29,8 +29,8 @@ class RolloutGroup:
 
     @property
     def has_spread(self) -> bool:
-        """Whether the rewards are not all equal (the group carries a learning signal)."""
-        return max(self.rewards) - min(self.rewards) > 1e-12
+        """Whether the rewards have a spread (:func:`~grpo_run.core.rollout.advantages.groups_with_spread`)."""
+        return bool(groups_with_spread(torch.tensor([self.rewards], dtype=torch.float64))[0])
 
 
 @attrs.frozen
@@ -64,7 +64,7 @@ def group_signal(batch: RolloutBatch, alg: AlgorithmSection) -> GroupSignal | No
         return None
     rewards = torch.tensor([g.rewards for g in batch.groups], dtype=torch.float64)  # [groups, G]
     advantages = group_advantages(rewards, alg.advantage_normalization_type, alg.advantage_eps, std=alg.advantage_std)
-    keep = nonzero_std_mask(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)
+    keep = groups_with_spread(rewards) if alg.filter_zero_std_samples else torch.ones(len(batch.groups), dtype=torch.bool)
     return GroupSignal(advantages, keep)
 
 
