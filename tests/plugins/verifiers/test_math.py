@@ -105,6 +105,48 @@ def test_the_last_final_answer_wins_in_every_mode(
     assert verifier.score(completion, gold, ROW) == VerifierResult(score=score, metrics={"answer_found": answer_found})
 
 
+MINERVA = (
+    "the interest is $0.04 \\cdot 10,000 \\cdot \\frac{1}{2} = \\boxed{200}$ and then "
+    "$0.05 \\cdot 10,200 \\cdot \\frac{1}{2} = \\boxed{255}$, so she has $10,455. "
+    "Final Answer: The final answer is $10,455$. I hope it is correct."
+)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "score"),
+    [
+        # One box per part: the boxes that only separators join are one answer (a set).
+        ("the solutions are \\boxed{(2, 2)} \\quad\\text{and}\\quad \\boxed{(6, 2)}", "(2, 2), (6, 2)", 1.0),
+        ("**Final Answer**\n\\[ \\boxed{-2} \\quad and \\quad \\boxed{1} \\]", "-2, 1", 1.0),
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1, 2, 3\\}", 1.0),
+        ("\\boxed{1} or \\boxed{2}", "\\{1, 2\\}", 1.0),
+        # ...so listing candidates is no answer to a one-part question, nor extra parts to a set.
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "3", 0.0),
+        ("\\boxed{10} or \\boxed{12}", "12", 0.0),
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1, 2\\}", 0.0),
+        # Parts that prose separates: every box together, tried when the gold has several parts.
+        ("\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}", "(3, 3), (1, 1)", 1.0),
+        ("\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}", "(1, 1)", 1.0),  # the last answer
+        ("\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}", "(3, 3)", 0.0),
+        ("\\boxed{1} no, wait: \\boxed{3}, \\boxed{2}", "\\{1, 2\\}", 0.0),  # every box is {1, 2, 3}
+        # Self-correction still takes the last answer, for a one-part and a several-part gold.
+        ("\\boxed{10} ... so \\boxed{12}", "12", 1.0),
+        ("\\boxed{1}, \\boxed{3} ... no: \\boxed{1}, \\boxed{2}", "1, 2", 1.0),
+        # Minerva's final-answer sentence after the last box beats the intermediate boxes.
+        (MINERVA, "10455", 1.0),
+        (MINERVA, "255", 0.0),
+    ],
+)
+def test_which_boxes_are_the_answer(verifier: MathVerifier, completion: str, gold: str, score: float) -> None:
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=score, metrics={"answer_found": 1.0})
+
+
+def test_strict_mode_reads_only_boxes(strict: MathVerifier) -> None:
+    assert strict.score(MINERVA, "10455", ROW).score == 0.0  # the sentence is no box
+    assert strict.score(MINERVA, "255", ROW).score == 1.0
+    assert strict.score("\\boxed{(2, 2)}, \\boxed{(6, 2)}", "(2, 2), (6, 2)", ROW).score == 1.0
+
+
 @pytest.mark.parametrize(
     "completion",
     ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN"],

@@ -12,12 +12,20 @@ Extraction from the completion (non-strict): math-verify's default LaTeX + plain
 extraction, which prefers anchored answers ("final answer is", ``\\boxed{}``, "answer:") and
 otherwise takes the last number or LaTeX expression, so ``"19"`` and ``"I think 19."`` both give 19.
 When the completion has an ``<answer>...</answer>`` block (R1 format), only the last such block
-is searched. Strict mode only accepts the content of the last ``\\boxed{...}``.
+is searched. Strict mode only accepts boxed answers (the last run of boxes, below).
 
-In every mode the *last* box is the answer: math-verify merges all ``\\boxed{}`` (and ``\\fbox{}``)
-of a text into one set, so a completion that corrects itself (``\\boxed{10} ... \\boxed{12}``)
-would match neither 10 nor 12. When the text has a box, only the last one is parsed; a last box
-that is cut off (unbalanced braces) is no answer.
+Which answer counts when a completion has several (docs/verifiers.md): math-verify merges every
+``\\boxed{}`` (and ``\\fbox{}``) of a text into one set, so a completion that corrects itself
+(``\\boxed{10} ... so \\boxed{12}``) would match neither 10 nor 12. Here the answer is the *last
+run of boxes*: boxes joined only by separators (spaces, ``,`` ``;`` ``&`` ``$``, LaTeX spacing,
+``and`` / ``or``, ``\\text{and}``) are one answer with several parts (``\\boxed{1}, \\boxed{2}``
+is the set {1, 2}); any other text between two boxes starts a new answer, and the last one
+counts. When that answer is wrong and the gold is a set of several parts, every box of the text
+together is tried as well (``\\boxed{(3, 3)} for part (a) and \\boxed{(1, 1)}``): it is right only
+when the union of the boxes is exactly the gold set, so hedging with extra boxes still fails. In
+non-strict mode a final-answer sentence after the last box (Minerva's ``Final Answer: The final
+answer is $10,455$.``) counts instead of any box. A last box that is cut off (unbalanced braces)
+is no answer.
 """
 
 from __future__ import annotations
@@ -44,8 +52,9 @@ class MathVerifierConfig(VerifierConfig):
     """Options of the ``math`` verifier (``weight`` comes from :class:`grpo_run.VerifierConfig`)."""
 
     strict: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    """Only accept an answer written as ``\\boxed{...}`` (the last one); otherwise any answer that
-    math-verify extracts (anchored phrases, boxed, the last number or expression)."""
+    """Only accept an answer written as ``\\boxed{...}`` (the last run of boxes); otherwise any
+    answer that math-verify extracts (a final-answer sentence, boxed, anchored phrases, the last
+    number or expression)."""
     cache_size: int = attrs.field(default=65536, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
     """Entries of the per-process LRU cache (``cachetools.LRUCache``, picklable) of verdicts keyed
     by (completion, ground truth); 0 disables it. RL batches repeat completions a lot (G samples of
@@ -92,21 +101,97 @@ class MathVerifier:
         if not predicted:
             return 0.0, 0.0
         correct = verify(gold_parsed, predicted, timeout_seconds=None)
+        if not correct and _has_parts(gold_parsed):
+            every = self._every_box(completion)
+            if every is not None and every != answer:
+                correct = verify(gold_parsed, parse(every, parsing_timeout=None), timeout_seconds=None)
         return (1.0 if correct else 0.0), 1.0
 
+    def _every_box(self, completion: str) -> str | None:
+        """Every box of the answer text as one answer (math-verify's merge), when the answer came
+        from boxes: the one-box-per-part answer whose parts prose separates."""
+        blocks = [] if self.config.strict else _ANSWER_BLOCK.findall(completion)
+        text = blocks[-1] if blocks else completion
+        spans = _box_spans(text)
+        if not spans or (not self.config.strict and _FINAL_ANSWER.search(text, spans[-1][2])):
+            return None
+        return _join_boxes(text, spans)
+
     def _answer_text(self, completion: str) -> str | None:
-        """The text to parse the answer from: the last box, else (non-strict) the whole text."""
+        """The text to parse the answer from (see the module docstring)."""
         if self.config.strict:
-            return last_boxed(completion)
+            return final_boxes(completion)
         # R1-style completions: the answer block, when there is one, is the answer.
         blocks = _ANSWER_BLOCK.findall(completion)
         text = blocks[-1] if blocks else completion
-        if any(opener in text for opener in _BOX_OPENERS):
-            return last_boxed(text)  # not math-verify's merged set of every box
-        return text
+        spans = _box_spans(text)
+        if spans is None:
+            return None
+        if not spans:
+            return text
+        tail = text[spans[-1][1] :]
+        if _FINAL_ANSWER.search(tail):
+            return tail  # a final-answer sentence after the last box
+        return _join_boxes(text, _last_run(text, spans))
 
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOX_OPENER = re.compile(r"\\(?:boxed|fbox)\{")
+_FINAL_ANSWER = re.compile(r"final answer.{0,100}?\s+is", re.IGNORECASE | re.DOTALL)
+"""math-verify's own anchor for a final-answer sentence ("The final answer is $x$")."""
+_SEPARATOR = re.compile(
+    r"(?:\s|[,;&$]|\\[,;:! ]|\\q?quad\b|\\\\|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b)*",
+    re.IGNORECASE,
+)
+"""What may stand between two boxes of one answer: spaces, punctuation that lists, math
+delimiters, LaTeX spacing and line breaks, and the words "and" / "or"."""
+
+
+def _box_spans(text: str) -> list[tuple[int, int, int]] | None:
+    """``(start, content_start, end)`` of each outermost box of ``text`` with balanced braces, in
+    order; None when a box is not closed (a cut-off answer)."""
+    spans: list[tuple[int, int, int]] = []
+    position = 0
+    while (match := _BOX_OPENER.search(text, position)) is not None:
+        depth = 0
+        for i in range(match.end() - 1, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    spans.append((match.start(), match.end(), i + 1))
+                    position = i + 1
+                    break
+        else:
+            return None
+    return spans
+
+
+def _last_run(text: str, spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The last boxes of ``spans`` that only separators join."""
+    first = len(spans) - 1
+    while first > 0 and _SEPARATOR.fullmatch(text, spans[first - 1][2], spans[first][0]):
+        first -= 1
+    return spans[first:]
+
+
+def _join_boxes(text: str, run: list[tuple[int, int, int]]) -> str:
+    """``\\boxed{a}, \\boxed{b}``: one answer of every part of ``run`` (math-verify merges them)."""
+    return ", ".join(_BOXED + text[content : end - 1] + "}" for _, content, end in run)
+
+
+def final_boxes(text: str) -> str | None:
+    """The last run of boxes of ``text`` as ``\\boxed{...}`` parts (see the module docstring);
+    None when there is no box or the last one is cut off."""
+    spans = _box_spans(text)
+    return _join_boxes(text, _last_run(text, spans)) if spans else None
+
+
+def _has_parts(gold_parsed: list[Any]) -> bool:
+    """Whether the gold is a set of several parts (``(2, 2), (6, 2)``; ``x = 1, y = 2``)."""
+    first = gold_parsed[0] if gold_parsed else None
+    return getattr(first, "is_FiniteSet", False) is True and len(first) > 1  # a SymPy FiniteSet
 
 
 def _gold_text(ground_truth: Any) -> str:
