@@ -105,6 +105,11 @@ CASES: list[tuple[str, dict, str, str]] = [
      "Pizza is tasty.", "Pasta is tasty."),
     ("keywords:letter_frequency", {"letter": "z", "let_frequency": 2, "let_relation": "less than"},
      "Pasta is tasty.", "Pizza is tasty."),
+    # Any single character, not only letters: IFEval's prompt 1122 asks for '#', 1129 for '!'.
+    ("keywords:letter_frequency", {"letter": "#", "let_frequency": 4, "let_relation": "at least"},
+     "#one #two #three #four", "#one #two #three and four"),
+    ("keywords:letter_frequency", {"letter": "!", "let_frequency": 2, "let_relation": "less than"},
+     "Wow! Nice.", "Wow! Nice!"),
     ("language:response_language", {"language": "de"},
      "Das ist ein schöner Tag und wir gehen heute in den Park spazieren.",
      "This is a beautiful day and we are going to the park today."),
@@ -284,6 +289,16 @@ THREE = {
 }
 
 
+def test_ifeval_prompt_1122_counts_the_hash_sign(verifier: IFEvalVerifier) -> None:
+    # IFEval's prompt 1122 (a tweet without capital letters, '#' at least 4 times): the row used
+    # to be an error, so both of its constraints scored 0 on every completion.
+    gold = {"instruction_id_list": ["change_case:english_lowercase", "keywords:letter_frequency"],
+            "kwargs": [{}, {"let_relation": "at least", "letter": "#", "let_frequency": 4}]}
+    tweet = "sunday mornings are made for slow coffee and good friends"
+    assert verifier.score(f"{tweet} #coffee #weekend #friends #slowliving", gold, ROW).score == 1.0
+    assert verifier.score(f"{tweet} #coffee #weekend #friends", gold, ROW).score == 0.5
+
+
 def test_partial_credit_is_the_fraction_followed(verifier: IFEvalVerifier) -> None:
     # no comma: yes; "tea": yes; fewer than 3 words: no (5 words) -> 2/3
     result = verifier.score("I drink green tea daily.", THREE, ROW)
@@ -398,9 +413,11 @@ LANGUAGES = (
 BAD_ARGUMENTS: list[tuple[str, dict, str]] = [
     # (instruction id, kwargs, the error after "ifeval instruction '<id>': ")
     ("keywords:letter_frequency", {"letter": "ab", "let_frequency": 2, "let_relation": "at least"},
-     "bad kwarg letter='ab': must be one ASCII letter"),
-    ("keywords:letter_frequency", {"letter": "#", "let_frequency": 2, "let_relation": "at least"},
-     "bad kwarg letter='#': must be one ASCII letter"),
+     "bad kwarg letter='ab': must be one character"),
+    ("keywords:letter_frequency", {"letter": ["#"], "let_frequency": 2, "let_relation": "at least"},
+     "bad kwarg letter=['#']: must be one character"),
+    ("keywords:letter_frequency", {"letter": 7, "let_frequency": 2, "let_relation": "at least"},
+     "bad kwarg letter=7: must be one character"),
     ("length_constraints:number_words", {"num_words": -5, "relation": "less than"},
      "bad kwarg num_words=-5: must be an integer >= 0"),
     ("length_constraints:number_words", {"num_words": "50", "relation": "less than"},

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import string
 import sys
 import threading
 import types
@@ -188,9 +187,10 @@ def _choice(*options: str) -> Rule:
     return rule
 
 
-def _letter(value: Any) -> str:
-    if not isinstance(value, str) or len(value) != 1 or value not in string.ascii_letters:
-        raise _Invalid("must be one ASCII letter")
+def _character(value: Any) -> str:
+    # Any single character: IFEval's prompts count '#' and '!' too (the checker is fixed to keep it).
+    if not isinstance(value, str) or len(value) != 1:
+        raise _Invalid("must be one character")
     return value
 
 
@@ -210,7 +210,7 @@ ARGUMENTS: Mapping[str, Mapping[str, Rule]] = types.MappingProxyType(
         "keywords:existence": {"keywords": _texts},
         "keywords:frequency": {"keyword": _text, "frequency": _COUNT, "relation": _relation},
         "keywords:forbidden_words": {"forbidden_words": _texts},
-        "keywords:letter_frequency": {"letter": _letter, "let_frequency": _COUNT, "let_relation": _relation},
+        "keywords:letter_frequency": {"letter": _character, "let_frequency": _COUNT, "let_relation": _relation},
         "language:response_language": {"language": _language},
         "length_constraints:number_sentences": {"num_sentences": _COUNT, "relation": _relation},
         "length_constraints:number_paragraphs": {"num_paragraphs": _COUNT},

@@ -32,7 +32,9 @@ words:start_verb                       punkt_tab + perceptron tagger  verb lexic
     the Penn tag set the checker uses (``MD``). Words that are both noun and verb ("Plan", "Love")
     count as verbs: at the start of a response they are most often imperatives.
 
-The replacements are mixins over the library's classes, so a library update that renames the
+Two more mixins fix the library where it replaces a valid argument by a random one
+(``repeat:repeat_span`` with ``n_start = 0``, ``keywords:letter_frequency`` with a character
+that is not a letter). The replacements are mixins over the library's classes, so a library update that renames the
 attributes they read fails the tests rather than silently changing rewards.
 """
 
@@ -268,6 +270,25 @@ class _RepeatSpan:
         return self._description_pattern.format(n_start=n_start, n_end=n_end)
 
 
+class _LetterFrequency:
+    """Library fix: the "letter" may be any single character, as in IFEval's own prompts (1122
+    counts ``'#'``, 1129 ``'!'``).
+
+    The library (like IFEval's reference code) swaps anything but an ASCII letter for a random
+    letter, so it is handed a letter and the real character is set afterwards; the text and the
+    character are compared lower-cased, as the library does. The arguments are validated before
+    (one character).
+    """
+
+    _letter: str
+    _description_pattern: str
+
+    def build_description(self, *, letter: str, let_frequency: int, let_relation: str) -> str:
+        super().build_description(letter="a", let_frequency=let_frequency, let_relation=let_relation)  # type: ignore[misc]
+        self._letter = letter.lower()
+        return self._description_pattern.format(letter=letter, let_frequency=let_frequency, let_relation=let_relation)
+
+
 OVERRIDES: Mapping[str, type] = {
     "length_constraints:number_sentences": _NumberOfSentences,
     "change_case:capital_word_frequency": _CapitalWordFrequency,
@@ -277,10 +298,11 @@ OVERRIDES: Mapping[str, type] = {
     "words:words_position": _WordsPosition,
     "format:title_case": _TitleCase,
     "repeat:repeat_span": _RepeatSpan,
+    "keywords:letter_frequency": _LetterFrequency,
 }
 """Instruction id -> mixin placed in front of the library's checker class."""
 
-NEEDS_NLTK_DATA: frozenset[str] = frozenset(OVERRIDES) - {"repeat:repeat_span"}
+NEEDS_NLTK_DATA: frozenset[str] = frozenset(OVERRIDES) - {"repeat:repeat_span", "keywords:letter_frequency"}
 """The ids whose library checker loads NLTK data (replaced by hand, see the module docstring)."""
 
 
