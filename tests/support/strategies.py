@@ -29,10 +29,23 @@ def save_tiny_model(directory: Path) -> Path:
     return directory
 
 
-def strategy_spec(model_dir: Path, *, policy_from: Path | None = None) -> LearnerSpec:
+def strategy_spec(
+    model_dir: Path,
+    *,
+    policy_from: Path | None = None,
+    loss_aggregation: str = "token-mean",
+    loss_denominator: str | float = "token",
+) -> LearnerSpec:
+    algorithm = AlgorithmSection(
+        pack_length=16,
+        num_mini_batches=2,
+        num_epochs=2,
+        loss_aggregation=loss_aggregation,  # type: ignore[arg-type]
+        loss_denominator=loss_denominator,  # type: ignore[arg-type]
+    )
     return LearnerSpec(
         model=ModelSpec(path=str(model_dir), policy_from=str(policy_from) if policy_from else None),
-        algorithm=AlgorithmSection(pack_length=16, num_mini_batches=2, num_epochs=2),
+        algorithm=algorithm,
         optim=OptimSection(lr=1e-2, max_grad_norm=1.0, warmup_steps=2, lr_scheduler="linear"),
         kl=KLSlot(beta=0.1, reference="polyak", alpha=0.5),
         loss=ComponentSpec(DapoLoss, DapoLoss.Config()),
@@ -48,9 +61,10 @@ def rollout_batches() -> list[list[SequenceToPack]]:
     return [make_seqs(9, seed=1), make_seqs(3, seed=2), make_seqs(8, seed=3)]
 
 
-def single_process_run(model_dir: Path) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
-    """Weights and metrics of one process after :func:`rollout_batches` and one skipped step."""
-    learner = build_learner(strategy_spec(model_dir))
+def single_process_run(model_dir: Path, **algorithm: str | float) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
+    """Weights and metrics of one process after :func:`rollout_batches` and one skipped step
+    (``algorithm``: the aggregation keywords of :func:`strategy_spec`)."""
+    learner = build_learner(strategy_spec(model_dir, **algorithm))  # type: ignore[arg-type]
     metrics = [learner.train_step(batch) for batch in rollout_batches()]
     learner.skip_step()
     return learner.weights_snapshot(), metrics

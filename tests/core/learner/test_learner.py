@@ -66,8 +66,8 @@ def _reference_objective(seqs, losses_by_seq, mode, denominator):
 def test_mini_batch_losses_add_up_to_m_times_the_batch_objective(mode, denominator) -> None:
     # Random per-token losses on 3 token-balanced mini-batches, one sequence masked out. Every
     # token must weigh the same in whichever mini-batch it lands: the M mini-batch losses add up
-    # to M x the batch-level objective (constant denominator: to the objective itself for
-    # token-mean, whose sum / C has no count to rescale).
+    # to M x the batch-level objective, a constant denominator included (C stands where the
+    # batch's token count stands, so it gets the same M scale; it used to add up to 1x).
     seqs = make_seqs(11, seed=3)
     seqs[4] = attrs.evolve(seqs[4], loss_mask=False)
     batches = split_mini_batches(seqs, 3, 16, 0)
@@ -84,8 +84,7 @@ def test_mini_batch_losses_add_up_to_m_times_the_batch_objective(mode, denominat
             m = b.completion_mask[row, start:end]
             losses_by_seq[source] = per_token[row, start:end][m].tolist()
     expected = _reference_objective(seqs, losses_by_seq, mode, denominator)
-    factor = 1.0 if (mode == "token-mean" and denominator != "token") else len(batches)
-    assert total == pytest.approx(factor * expected, rel=1e-12, abs=1e-12)
+    assert total == pytest.approx(len(batches) * expected, rel=1e-12, abs=1e-12)
 
 
 def test_one_batch_normaliser_is_the_plain_mean() -> None:
@@ -117,6 +116,52 @@ def test_normaliser_counts_go_through_reduce_sum() -> None:
     assert seen[0].tolist() == [float(b.completion_mask.sum()), 6.0]
     assert dist.num_tokens == 2 * local.num_tokens and dist.scale == 2.0
     torch.testing.assert_close(dist.token_weights(*items[0]), local.token_weights(*items[0]), rtol=0, atol=0)
+
+
+ALL_AGGREGATIONS = [
+    ("token-mean", "token"),
+    ("token-mean", 7.0),
+    ("seq-mean-token-mean", "token"),
+    ("seq-mean-token-mean", 5.0),
+    ("seq-mean-token-sum", "token"),
+]
+
+
+def _weights_by_sequence(normaliser: LossNormaliser, batches) -> dict[int, list[float]]:
+    """Each source sequence's per-token loss weights, wherever it was packed."""
+    out: dict[int, list[float]] = {}
+    for b in batches:
+        weights = normaliser.token_weights(b.completion_mask, b.seq_ids, b.num_seqs, torch.float64)
+        for local, (row, start, end) in enumerate(b.spans):
+            if local < len(b.source_seq_ids):
+                out[b.source_seq_ids[local]] = weights[row, start:end][b.completion_mask[row, start:end]].tolist()
+    return out
+
+
+@pytest.mark.parametrize(("mode", "denominator"), ALL_AGGREGATIONS)
+def test_ranks_weights_averaged_over_ranks_are_one_process_weights(mode, denominator) -> None:
+    # DDP averages the ranks' gradients, so each token's weight on its rank, divided by the world
+    # size, must be its weight in one process: for every mode and denominator (a constant C
+    # carries the same M x world_size scale as a count; without it the average was 1 / (2C)).
+    from grpo_run.core.learner.strategies.sharding import rank_mini_batches
+
+    seqs = make_seqs(12, seed=5)
+    seqs[3] = attrs.evolve(seqs[3], loss_mask=False)
+    world = 2
+    single = split_mini_batches(seqs, 2, 16, 0)
+    one = LossNormaliser.for_batches([(b.completion_mask, b.seq_ids, b.num_seqs) for b in single], mode, denominator)
+    want = _weights_by_sequence(one, single)
+    shares = [rank_mini_batches(seqs, 2, 16, 0, rank=r, world_size=world) for r in range(world)]
+    items = [[(b.completion_mask, b.seq_ids, b.num_seqs) for b in share] for share in shares]
+    local = [LossNormaliser.for_batches(i, mode, denominator) for i in items]
+    total = torch.tensor([sum(n.num_tokens for n in local), sum(n.num_seqs for n in local)], dtype=torch.float64)
+    got: dict[int, list[float]] = {}
+    for share, item in zip(shares, items):
+        ranked = LossNormaliser.for_batches(item, mode, denominator, world_size=world, reduce_sum=lambda c: total)
+        got.update({k: [w / world for w in v] for k, v in _weights_by_sequence(ranked, share).items()})
+    assert sorted(got) == sorted(want) == list(range(12))
+    for seq_id, weights in want.items():
+        assert got[seq_id] == pytest.approx(weights, rel=1e-12), seq_id
 
 
 # ---------------------------------------------------------------------------------------------

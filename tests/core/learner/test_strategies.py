@@ -2,7 +2,8 @@
 (2 mini-batches x 2 epochs, clipping, warm-up and a linear schedule, a KL penalty against a
 Polyak reference, one step where a rank is idle) and a skipped step, the weights match one
 process's within :data:`~support.strategies.WEIGHT_ATOL`, and the batch-level losses, gradient
-norms and learning rates match to float rounding.
+norms and learning rates match to float rounding -- under every loss aggregation mode and
+denominator for ddp.
 
 ddp runs in the default suite; fsdp2 (a second multi-process start) and DeepSpeed ZeRO-2/3 (the
 deepspeed extra) are ``heavy``. Resuming and failures: ``test_strategies_resume.py``.
@@ -39,9 +40,12 @@ def reference(model_dir):
     return single_process_run(model_dir)
 
 
-def check_against_one_process(model_dir: Path, reference, strategy: str, stage: int | None = None) -> None:
+def check_against_one_process(
+    model_dir: Path, reference, strategy: str, stage: int | None = None, **algorithm: str | float
+) -> None:
     weights, metrics = reference
-    group = start_local_ranks(strategy_spec(model_dir), learner_section(strategy, stage), seed=1)
+    spec = strategy_spec(model_dir, **algorithm)  # type: ignore[arg-type]
+    group = start_local_ranks(spec, learner_section(strategy, stage), seed=1)
     try:
         got = [group.train_step(batch) for batch in rollout_batches()]
         group.skip_step()
@@ -61,6 +65,27 @@ def check_against_one_process(model_dir: Path, reference, strategy: str, stage: 
 
 def test_ddp_equals_one_process(model_dir, reference) -> None:
     check_against_one_process(model_dir, reference, "ddp")
+
+
+# Every aggregation mode and denominator but the default one above. A constant denominator
+# stands where the batch's token count stands, so it carries the same mini-batches x ranks
+# scale; without it, the ranks' averaged gradient of "token-mean" / C was half of one process's.
+# Each case is a 2-process start (~60-90 s on a loaded 2-core machine): the one that regressed
+# runs by default, the others are heavy (test_learner.py checks the weights of all of them
+# without processes).
+OTHER_AGGREGATIONS = [
+    ("token-mean", 7.0),
+    pytest.param("seq-mean-token-mean", "token", marks=pytest.mark.heavy),
+    pytest.param("seq-mean-token-mean", 5.0, marks=pytest.mark.heavy),
+    pytest.param("seq-mean-token-sum", "token", marks=pytest.mark.heavy),
+]
+
+
+@pytest.mark.parametrize(("mode", "denominator"), OTHER_AGGREGATIONS)
+def test_ddp_equals_one_process_in_every_aggregation(model_dir, mode, denominator) -> None:
+    algorithm = {"loss_aggregation": mode, "loss_denominator": denominator}
+    reference = single_process_run(model_dir, **algorithm)
+    check_against_one_process(model_dir, reference, "ddp", **algorithm)
 
 
 @pytest.mark.heavy  # plain torch, but a second 2-process start (~15-30 s on a loaded 2-core machine)

@@ -11,7 +11,9 @@ Modes (``algorithm.loss_aggregation``), for any loss plugin:
 
 ``algorithm.loss_denominator`` = a positive number C replaces the token count by C (Open
 Instruct's constant denominator; Dr. GRPO uses C = a fixed token budget): ``token-mean`` becomes
-sum / C and ``seq-mean-token-mean`` each sequence's sum / C, then the mean over sequences.
+sum / C and ``seq-mean-token-mean`` each sequence's sum / C, then the mean over sequences. C
+stands where the rollout batch's count stands, so it gets the same ``M x world_size`` scale as
+the counts below (docs/algorithms.md compares this with Open Instruct and verl).
 
 **Counts cover the whole rollout batch.** With ``num_mini_batches = M > 1`` the counts are taken
 over all M mini-batches before the first update (and summed over ranks by ``reduce_sum`` when
@@ -82,8 +84,8 @@ class LossNormaliser:
         """Weight of each token of one mini-batch (``[R, L]`` in ``dtype``, 0 off ``mask``)."""
         constant = self.denominator != "token"
         if self.mode == "token-mean":
-            per_token = 1.0 / float(self.denominator) if constant else self.scale / max(self.num_tokens, 1.0)
-            return mask.to(dtype) * per_token
+            count = float(self.denominator) if constant else max(self.num_tokens, 1.0)
+            return mask.to(dtype) * (self.scale / count)
         per_seq_scale = self.scale / max(self.num_seqs, 1.0)
         if self.mode == "seq-mean-token-sum":
             return mask.to(dtype) * per_seq_scale
