@@ -139,7 +139,8 @@ class AlgorithmSection:
     """Which standard deviation ``"standard"`` divides by: ``"sample"`` (Bessel-corrected, n - 1;
     verl and TRL) or ``"population"`` (n; Open Instruct's numpy ``.std()``)."""
     filter_zero_std_samples: bool = True
-    """Drop groups whose rewards are all equal (no learning signal)."""
+    """Drop groups without a reward spread (rewards equal up to float rounding: no learning
+    signal; docs/algorithms.md). Such groups get zero advantages either way."""
     pack_length: int = attrs.field(default=512, validator=positive)
     """Tokens per packed learner row."""
     share_prompts: bool = True
@@ -156,7 +157,8 @@ class AlgorithmSection:
     loss_denominator: Literal["token"] | float = "token"
     """``"token"``: divide by the token count the aggregation mode implies; a positive number C:
     divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
-    each sequence's sum / C, mean over sequences). Not with ``seq-mean-token-sum``."""
+    each sequence's sum / C, mean over sequences). Like the token count it replaces, C covers the
+    whole rollout batch: every mini-batch and rank. Not with ``seq-mean-token-sum``."""
     mask_truncated_completions: bool = False
     """Completions cut at ``response_length`` (finish reason ``length``) get no loss."""
     num_mini_batches: int = attrs.field(default=1, validator=positive)
