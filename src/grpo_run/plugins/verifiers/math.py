@@ -140,7 +140,7 @@ _BOX_OPENER = re.compile(r"\\(?:boxed|fbox)\{")
 _FINAL_ANSWER = re.compile(r"final answer.{0,100}?\s+is", re.IGNORECASE | re.DOTALL)
 """math-verify's own anchor for a final-answer sentence ("The final answer is $x$")."""
 _SEPARATOR = re.compile(
-    r"(?:\s|[,;&$]|\\[,;:! ]|\\q?quad\b|\\\\|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b)*",
+    r"(?:\s|[,;&$]|\\[,;:! ]|\\q?quad\b|\\\\|\\text\{\s*(?:(?:and|or|,)\s*)?\}|\band\b|\bor\b)*",
     re.IGNORECASE,
 )
 """What may stand between two boxes of one answer: spaces, punctuation that lists, math
