@@ -149,7 +149,8 @@ def test_strict_mode_reads_only_boxes(strict: MathVerifier) -> None:
 
 @pytest.mark.parametrize(
     "completion",
-    ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN"],
+    ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN",
+     "\\boxed{1}" + " " * 50000 + "\\text{" + " " * 50000 + "x \\boxed{2}"],  # separators: no quadratic backtracking
 )
 def test_garbage_never_raises_and_scores_zero(verifier: MathVerifier, strict: MathVerifier, completion: str) -> None:
     assert verifier.score(completion, "19", ROW).score == 0.0
