@@ -1,6 +1,8 @@
-"""``grpo-run new-plugin``: one package per family is generated, installed into this venv (no
-build isolation, no dependencies), its own tests run, and one run trains with the
-generated components at once (the transform loads its own example's data); the packages are uninstalled afterwards."""
+"""``grpo-run new-plugin``: one package per family is generated, installed (no build isolation, no
+dependencies) into a directory of its own that this module puts on ``sys.path`` and
+``PYTHONPATH`` -- never into the venv, so nothing beside the tests (a ``grpo-run`` the user runs)
+sees packages come and go -- its own tests run, and one run trains with the generated components
+at once (the transform loads its own example's data)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import csv
 import importlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,19 +32,20 @@ def pip(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The generated packages (one per family), installed for this module only."""
+    """The generated packages (one per family), installed into a directory of their own that is
+    on ``sys.path`` (and the ``PYTHONPATH`` of subprocesses) for this module only."""
     root = tmp_path_factory.mktemp("scaffold")
+    target = tmp_path_factory.mktemp("site-packages")
     dirs = []
     for kind, name in NAMES.items():
         assert main(["new-plugin", kind, name, str(root / name)]) == 0
         dirs.append(root / name)
-    pip("install", "--no-deps", "--no-build-isolation", *map(str, dirs))
-    importlib.invalidate_caches()
-    try:
+    pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), *map(str, dirs))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(target))
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
         yield dirs
-    finally:
-        pip("uninstall", "--yes", *(names_for(kind, name)["dist"] for kind, name in NAMES.items()))
-        importlib.invalidate_caches()
+    importlib.invalidate_caches()
 
 
 @pytest.mark.slow

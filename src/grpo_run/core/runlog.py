@@ -1,8 +1,16 @@
-"""Structured logging: JSON lines in ``<run_dir>/log.jsonl`` through structlog."""
+"""Structured logging: JSON lines in ``<run_dir>/log.jsonl`` through structlog.
+
+While a run writes there, what libraries say on their own -- Python warnings (``warnings.warn``:
+deprecations, ``FutureWarning``) and records of their standard-library loggers (transformers,
+torch, datasets, ...) -- goes there too instead of onto the console, which belongs to the run's
+own progress lines (:class:`LibraryOutput`).
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,3 +38,71 @@ def configure_run_logging(run_dir: Path, level: str = "info") -> IO[str]:
 
 def get_logger(**context: Any) -> Any:
     return structlog.get_logger("grpo_run").bind(**context)
+
+
+class _ToRunLog(logging.Handler):
+    """Forwards standard-library log records to the run's structured log (``library_log``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            get_logger().log(record.levelno, "library_log", logger=record.name, message=record.getMessage())
+        except Exception:  # a full disk, a closed file: never fail the library's call
+            pass
+
+
+class LibraryOutput:
+    """Python warnings and libraries' log records go to ``log.jsonl`` from :meth:`start` to :meth:`stop`.
+
+    ``warnings.showwarning`` is replaced (warnings from every thread pass through it), the root
+    logger gets a handler that forwards (so loggers that propagate reach it instead of Python's
+    last-resort stderr printer), and the console handlers libraries install on their own loggers
+    (transformers' on ``transformers``, which does not propagate) are swapped for that handler.
+    Libraries imported later install theirs on import: :meth:`take_over` again once the model and
+    plugins are loaded. :meth:`stop` puts everything back.
+    """
+
+    def __init__(self) -> None:
+        self._handler = _ToRunLog()
+        self._moved: list[tuple[logging.Logger, logging.Handler]] = []
+        self._showwarning: Any = None
+
+    def start(self) -> None:
+        self._showwarning = warnings.showwarning
+        warnings.showwarning = _warning_to_log
+        logging.getLogger().addHandler(self._handler)
+        self.take_over()
+
+    def take_over(self) -> None:
+        """Swap the console handlers now on any library logger for the forwarding one."""
+        for logger in list(logging.Logger.manager.loggerDict.values()):
+            if not isinstance(logger, logging.Logger):
+                continue  # a placeholder of a logger nobody created yet
+            consoles = [h for h in logger.handlers if _writes_to_console(h)]
+            for handler in consoles:
+                logger.removeHandler(handler)
+                self._moved.append((logger, handler))
+            if consoles and self._handler not in logger.handlers:
+                logger.addHandler(self._handler)
+
+    def stop(self) -> None:
+        warnings.showwarning = self._showwarning
+        logging.getLogger().removeHandler(self._handler)
+        for logger, handler in self._moved:
+            logger.removeHandler(self._handler)
+            logger.addHandler(handler)
+        self._moved.clear()
+
+
+def _warning_to_log(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+    """A ``warnings.showwarning`` that writes a ``library_warning`` event instead of printing."""
+    try:
+        get_logger().warning("library_warning", category=category.__name__, message=str(message),
+                             where=f"{filename}:{lineno}")
+    except Exception:  # a full disk, a closed file: a warning must never become an error
+        pass
+
+
+def _writes_to_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+        and getattr(handler, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)

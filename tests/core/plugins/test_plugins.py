@@ -258,3 +258,21 @@ def test_the_plugins_command_lists_a_broken_plugin_instead_of_stopping(tmp_path,
     assert "exact-match" in out  # the healthy plugins are still listed
     assert main(["check", "whatever.toml"]) == 2
     assert "no libfoo.so" in capsys.readouterr().err
+
+
+def test_a_distribution_vanishing_mid_start_is_reported_not_a_crash(tmp_path, monkeypatch, capsys):
+    """`pip uninstall` beside a starting run removes a package's files one by one: here its module
+    and METADATA are gone while its entry point is still listed. The error handler must report that
+    (one line, exit 2), not fail itself on the missing name."""
+    root = _fake_distribution(tmp_path, "grpo-run-leaving", "leaving_plugin", "")
+    (root / "leaving_plugin.py").unlink()
+    (root / "grpo_run_leaving-1.2.3.dist-info" / "METADATA").unlink()
+    monkeypatch.syspath_prepend(str(root))
+    with pytest.raises(PluginError, match=r"from distribution '<unknown>': cannot be imported: ModuleNotFoundError"):
+        build_plugin_host()
+    assert [(b.distribution, b.version) for b in build_plugin_host(tolerate_broken=True).broken] == [("<unknown>", "?")]
+    assert main(["score", "whatever.jsonl", "--output", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "error: plugin 'mine' (leaving_plugin) from distribution '<unknown>'" in err
+    assert main(["plugins"]) == 0
+    assert "leaving_plugin" in capsys.readouterr().out

@@ -6,9 +6,9 @@ import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import cachetools
+import math_verify
 import pytest
 
-import grpo_run.plugins.verifiers.math as math_module
 from grpo_run import VerifierResult
 from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.plugins.verifiers import grpo_run_register_verifiers
@@ -192,8 +192,8 @@ def test_bad_ground_truth_raises(verifier: MathVerifier) -> None:
 def test_cache_skips_repeated_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     parse_gold("19")  # gold parses are cached per process; warm it so only completions count
     calls = []
-    real_parse = math_module.parse
-    monkeypatch.setattr(math_module, "parse", lambda text, **kw: calls.append(text) or real_parse(text, **kw))
+    real_parse = math_verify.parse  # the verifier imports it from math_verify when it runs
+    monkeypatch.setattr(math_verify, "parse", lambda text, **kw: calls.append(text) or real_parse(text, **kw))
     cached = MathVerifier(MathVerifierConfig(cache_size=2))
     for _ in range(3):
         assert cached.score("The answer is 19", "19", ROW).score == 1.0

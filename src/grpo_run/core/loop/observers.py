@@ -11,15 +11,17 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from grpo_run.core.loop.progress import RunProgress
 from grpo_run.core.plugins.contracts import Tracker
 from grpo_run.core.plugins.host import PluginHost
-from grpo_run.core.rollout.sequences import GroupSignal, RolloutBatch
 from grpo_run.core.runlog import get_logger
+
+if TYPE_CHECKING:  # annotations only: the CLI's report and serve read run files without torch
+    from grpo_run.core.rollout.sequences import GroupSignal, RolloutBatch
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.families import MODEL
@@ -26,9 +24,11 @@ def check_model(cfg: RunConfig, registry: ComponentRegistry) -> list[ConfigIssue
 
 def device_issues(device: str) -> list[ConfigIssue]:
     """``model.device`` must name a device this torch build has (``"auto"`` always does: CUDA when
-    one is visible, else the CPU)."""
-    if device == "auto":
+    one is visible, else the CPU). Those two need no torch (``grpo-run check`` imports none)."""
+    if device in ("auto", "cpu"):
         return []
+    import torch
+
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as exc:

@@ -59,7 +59,7 @@ from grpo_run.core.loop.scheduler import TrainingLoop
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
 from grpo_run.core.loop.traces import RolloutTraces
 from grpo_run.core.plugins.host import PluginHost
-from grpo_run.core.runlog import configure_run_logging, get_logger
+from grpo_run.core.runlog import LibraryOutput, configure_run_logging, get_logger
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -118,6 +118,8 @@ def train(
                             resume_step=start_step if checkpoint is not None else None, overwrite=overwrite)
     (run_dir / "config.toml").write_text(dump_config_toml(cfg), encoding="utf-8")
     log_file = configure_run_logging(run_dir, cfg.logging.level)
+    library_output = LibraryOutput()  # libraries' warnings and log records: log.jsonl, not the console
+    library_output.start()
     log = get_logger()
     progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress, temperature=cfg.rollout.temperature,
                            group_size=cfg.rollout.num_samples_per_prompt_rollout,
@@ -142,6 +144,7 @@ def train(
         try:
             try:
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
+                library_output.take_over()  # the loggers of libraries the build imported
                 parts.scorer.show_warnings_with(progress.warning)
                 if trainer_state is not None:
                     _restore(parts, trainer_state, checkpoint)
@@ -219,6 +222,7 @@ def train(
             log.info("run_end", status=status)
             # Stop writing to the closed file: code that logs after the run (a second run in the
             # same process, tests) gets structlog's defaults back instead of an I/O error.
+            library_output.stop()
             structlog.reset_defaults()
             log_file.close()
 

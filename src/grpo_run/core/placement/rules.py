@@ -71,9 +71,11 @@ def ranks_pick_their_own_device(cfg: RunConfig) -> list[ConfigIssue]:
 
 def gpu_only_options(cfg: RunConfig) -> list[ConfigIssue]:
     """Offloading moves state from the GPU to the CPU; NCCL talks between GPUs."""
+    learner = cfg.learner
+    if not (learner.offload_optimizer or learner.offload_params or learner.dist_backend == "nccl"):
+        return []  # nothing to check: no need to ask torch about the device
     if _device(cfg) != "cpu":
         return []
-    learner = cfg.learner
     issues = [
         ConfigIssue(f"learner.{key}", "moves state from the GPU to the CPU, but model.device is \"cpu\"")
         for key, on in (("offload_optimizer", learner.offload_optimizer), ("offload_params", learner.offload_params))

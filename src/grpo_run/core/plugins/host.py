@@ -107,8 +107,7 @@ def build_plugin_host(
         raise PluginError(f"plugin {where} from distribution {dist[0]!r}: {message}{'' if own else hint}") from cause
 
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = ep.dist
-        dist_id = (dist.metadata["Name"], dist.version) if dist is not None else ("<unknown>", "?")
+        dist_id = _distribution_of(ep)
         if not autoload and _normalise(dist_id[0]) != _normalise(OWN_DISTRIBUTION):
             continue
         if pm.get_plugin(_plugin_id(ep)) is not None:
@@ -171,9 +170,20 @@ def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str | None:
     return f"{details} (hooks: see docs/plugins.md)"
 
 
+def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+    """(name, version) of the distribution declaring ``ep``, with placeholders where its metadata
+    cannot be read: a package being uninstalled while this process starts loses its files one by
+    one (an entry point may outlive its ``METADATA``), and reporting that must not fail too."""
+    try:
+        dist = ep.dist
+        name, version = (dist.metadata["Name"], dist.version) if dist is not None else (None, None)
+    except Exception:  # files gone mid-read, unreadable metadata: report with what is known
+        name = version = None
+    return (name or "<unknown>", version or "?")
+
+
 def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:
-    dist = ep.dist
-    return f"{dist.metadata['Name'] if dist else '?'}:{ep.name}"
+    return f"{_distribution_of(ep)[0]}:{ep.name}"
 
 
 def _normalise(name: str) -> str:

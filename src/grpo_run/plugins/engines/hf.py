@@ -12,13 +12,14 @@ import asyncio
 import threading
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import torch
-from transformers import AutoModelForCausalLM, DynamicCache
 
 from grpo_run import Completion, EngineContext, SamplingParams
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -45,6 +46,9 @@ class HFEngine:
     Config = HFEngineConfig
 
     def __init__(self, config: HFEngineConfig, context: EngineContext) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
         self.config = config
         self.tokenizer = context.tokenizer
         self.device = torch.device(context.device)
@@ -99,6 +103,7 @@ class HFEngine:
 
     def generate_sync(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Blocking generation; returns ``params.n`` completions per prompt."""
+        import torch
         out: list[list[Completion]] = [[] for _ in prompts]
         with self._lock, torch.inference_mode(), _intra_op_threads(self.num_threads):
             self._calls += 1
@@ -118,6 +123,7 @@ class HFEngine:
 
     def _generate_chunk(self, prompts: list[list[int]], copies: list[int], params: SamplingParams) -> list[Completion]:
         """``copies[i]`` samples of ``prompts[i]``, in order, from one ``generate`` call."""
+        import torch
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -140,8 +146,8 @@ class HFEngine:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
         if params.stop_strings:
             kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
-        if width > 1:
-            kwargs["past_key_values"] = self._prefill(input_ids, attention, expand)
+        if width > 1:  # transformers >= 5.24 names the KV cache `cache` (`past_key_values` warns)
+            kwargs["cache"] = self._prefill(input_ids, attention, expand)
         result = self.model.generate(input_ids=input_ids[expand], attention_mask=attention[expand], **kwargs)
         new_tokens = result.sequences[:, width:]
         # Engine log-probs of the sampled tokens under the sampling temperature (no top-p
@@ -159,11 +165,13 @@ class HFEngine:
 
         Positions follow ``generate``'s own rule for left padding (``cumsum - 1``, padding at 1), so
         the cache equals the one ``generate`` would have built from the repeated prompts."""
+        from transformers import DynamicCache
+
         positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)
         cache = DynamicCache(config=self.model.config)
         self.model(
             input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],
-            past_key_values=cache, use_cache=True,
+            cache=cache, use_cache=True,
         )
         cache.batch_select_indices(expand)
         return cache
@@ -217,6 +225,7 @@ def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tu
 
 def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """``[B, V]`` logits of one step and the ``[B]`` tokens chosen -> float32 ``[B]`` log-probs."""
+    import torch
     z = logits.float() / temperature
     return z.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
 
@@ -225,6 +234,7 @@ def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: flo
 def _intra_op_threads(count: int) -> Iterator[None]:
     """Use ``count`` intra-op threads in this thread for the duration (the setting is per thread
     for OpenMP and MKL; the process-wide default read by new threads is restored after)."""
+    import torch
     previous = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

@@ -9,10 +9,12 @@ directly (it is the usual choice for a KL *reward* penalty instead).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen

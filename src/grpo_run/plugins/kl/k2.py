@@ -8,10 +8,12 @@ bias is third order in ``d``). Minimised as a loss on on-policy samples its grad
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen

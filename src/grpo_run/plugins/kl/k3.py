@@ -7,10 +7,12 @@ sampled from pi and ``r = pi_ref / pi = exp(-d)``, ``d = log pi - log pi_ref``:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -33,5 +35,6 @@ class K3KL:
 
     def __call__(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
         """``logprobs`` (with grad), ``ref_logprobs``: ``[R, L]`` -> per-token KL ``[R, L]``."""
+        import torch
         d = (logprobs - ref_logprobs).clamp(-self.config.clamp, self.config.clamp)
         return torch.exp(-d) - 1.0 + d

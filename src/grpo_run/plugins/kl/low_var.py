@@ -10,10 +10,12 @@ KL term. Below the value clamp it is exactly ``k3``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -37,6 +39,7 @@ class LowVarKL:
 
     def __call__(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
         """``logprobs`` (with grad), ``ref_logprobs``: ``[R, L]`` -> per-token KL ``[R, L]``."""
+        import torch
         d = (logprobs - ref_logprobs).clamp(-self.config.clamp, self.config.clamp)
         k3 = torch.exp(-d) - 1.0 + d
         return k3.clamp(-self.config.value_clamp, self.config.value_clamp)

@@ -9,13 +9,15 @@ normalises by the total number of tokens in the batch: ``algorithm.loss_aggregat
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.plugins.losses.common import masked_log_ratio, ratio_metrics, zero_off_mask
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -49,6 +51,7 @@ class CispoLoss:
         self.config = config if config is not None else CispoConfig()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
+        import torch
         mask = inputs.mask  # bool [R, L]
         ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         high = 1.0 + self.config.clip_higher

@@ -6,10 +6,14 @@ off the mask may hold anything (padding, prompt tokens) and never reach a value 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
-import torch
 
 from grpo_run import LossInputs
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 DELTA_VALIDATOR = attrs.validators.optional(attrs.validators.gt(1.0))
 """``delta`` (dual clip) is off (``None``) or a bound above 1."""
@@ -21,6 +25,7 @@ def masked_log_ratio(inputs: LossInputs) -> torch.Tensor:
     Zeroing happens *before* any ``exp``: padding may hold anything, and an inf there would turn
     into NaN gradients through a later ``where``.
     """
+    import torch
     diff = inputs.logprobs - inputs.old_logprobs
     return torch.where(inputs.mask, diff, torch.zeros_like(diff))
 
@@ -36,6 +41,7 @@ def clipped_surrogate(
     (not yet intersected with the loss mask) of the tokens each bound silenced:
     ``low`` (A < 0, ratio < low), ``high`` (A > 0, ratio > high), ``dual`` (A < 0, ratio > delta).
     """
+    import torch
     unclipped = ratio * adv  # [R, L]
     clipped = torch.clamp(ratio, low, high) * adv  # [R, L]
     objective = torch.minimum(unclipped, clipped)
@@ -56,6 +62,7 @@ def ratio_metrics(
     tensor in ``silenced`` (``low``, ``high``, ``dual``; intersected with ``mask`` here), and the
     ratio's mean and population variance (``ratio_mean``, ``ratio_var``).
     """
+    import torch
     with torch.no_grad():
         r = ratio.detach()
         n = mask.sum().clamp(min=1).to(r.dtype)
@@ -67,4 +74,5 @@ def ratio_metrics(
 
 def zero_off_mask(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``values`` on the mask, exactly 0 elsewhere (by ``where``, so NaN/inf cannot leak)."""
+    import torch
     return torch.where(mask, values, torch.zeros_like(values))

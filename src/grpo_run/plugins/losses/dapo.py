@@ -7,10 +7,9 @@ tokens explorable; the paper pairs it with token-level aggregation, ``"token-mea
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.plugins.losses.common import (
@@ -20,6 +19,9 @@ from grpo_run.plugins.losses.common import (
     ratio_metrics,
     zero_off_mask,
 )
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -54,6 +56,7 @@ class DapoLoss:
         self.config = config if config is not None else DapoConfig()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
+        import torch
         mask = inputs.mask  # bool [R, L]
         ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         low, high = 1.0 - self.config.clip_lower, 1.0 + self.config.clip_higher

@@ -9,10 +9,9 @@ token terms, then averages over completions: configure ``algorithm.loss_aggregat
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.plugins.losses.common import (
@@ -22,6 +21,9 @@ from grpo_run.plugins.losses.common import (
     ratio_metrics,
     zero_off_mask,
 )
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 
 @attrs.frozen
@@ -51,6 +53,7 @@ class GrpoLoss:
         self.config = config if config is not None else self.Config()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
+        import torch
         mask = inputs.mask  # bool [R, L]
         ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         eps = self.config.clip

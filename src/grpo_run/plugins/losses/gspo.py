@@ -15,13 +15,15 @@ when the advantage is constant over each completion. The paper's clip ranges are
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
-import torch
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.plugins.losses.common import clipped_surrogate, masked_log_ratio, ratio_metrics, zero_off_mask
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 MAX_SEQ_LOG_RATIO = 20.0
 """``log s_i`` is clamped to ``[-20, 20]`` before ``exp`` (only the detached value; far beyond
@@ -53,6 +55,7 @@ class GspoLoss:
         self.config = config if config is not None else GspoConfig()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
+        import torch
         mask = inputs.mask  # bool [R, L]
         log_ratio = masked_log_ratio(inputs)  # [R, L] with grad, 0 off the mask
         seq_log_ratio = self._sequence_log_ratio(log_ratio.detach(), inputs)  # [R, L], no grad
@@ -65,6 +68,7 @@ class GspoLoss:
     @staticmethod
     def _sequence_log_ratio(log_ratio: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
         """Mean masked log-ratio of each token's sequence, broadcast back to ``[R, L]``."""
+        import torch
         mask = inputs.mask
         flat_ids = torch.where(mask, inputs.seq_ids, torch.zeros_like(inputs.seq_ids)).reshape(-1)  # [R*L]
         seq_sum = log_ratio.new_zeros(inputs.num_seqs).index_add(0, flat_ids, log_ratio.reshape(-1))  # [S]

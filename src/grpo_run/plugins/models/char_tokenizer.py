@@ -16,9 +16,10 @@ given, is ``<|user|>`` + content too (the tiny models have no system role of the
 from __future__ import annotations
 
 import string
+from typing import TYPE_CHECKING
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+if TYPE_CHECKING:  # imported when a tokenizer is built: `grpo-run check` loads this module without them
+    from transformers import PreTrainedTokenizerFast
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|eos|>"
@@ -57,6 +58,9 @@ def build_char_tokenizer(model_max_length: int = 128) -> PreTrainedTokenizerFast
 
     :param model_max_length: recorded in the tokenizer config; match the model's context size.
     """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     backend = Tokenizer(models.WordLevel(vocab=char_vocab(), unk_token=UNK_TOKEN))
     # One pre-token per character (newline included); WordLevel maps each to its id.
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")

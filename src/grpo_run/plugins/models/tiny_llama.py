@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
-import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # imported when a model is built: `grpo-run check` reads TinyLlamaSize without them
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -36,6 +39,8 @@ class TinyLlamaSize:
 
 def tiny_llama_config(size: TinyLlamaSize, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
     """A ``LlamaConfig`` of ``size`` whose vocabulary and special ids match ``tokenizer``."""
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
@@ -55,6 +60,9 @@ def tiny_llama_config(size: TinyLlamaSize, tokenizer: PreTrainedTokenizerBase) -
 
 def build_tiny_llama(size: TinyLlamaSize, tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
     """A randomly initialised fp32 tiny Llama for ``tokenizer``; the same ``seed`` gives the same weights."""
+    import torch
+    from transformers import GenerationConfig, LlamaForCausalLM
+
     config = tiny_llama_config(size, tokenizer)
     fork_devices: list[int] = []
     with torch.random.fork_rng(devices=fork_devices):

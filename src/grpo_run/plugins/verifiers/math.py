@@ -38,7 +38,6 @@ from typing import Any, ClassVar
 
 import attrs
 import cachetools
-from math_verify import parse, verify
 
 from grpo_run import VerifierConfig, VerifierResult
 
@@ -80,6 +79,7 @@ class MathVerifier:
             cachetools.LRUCache(maxsize=size) if size > 0 else None
         )
         _silence_disabled_timeout_warning()
+        import math_verify  # noqa: F401  (sympy: loaded when a verifier is built, not in its first timed call)
 
     def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> VerifierResult:
         """Compare the answer extracted from ``completion`` with ``ground_truth``."""
@@ -95,6 +95,8 @@ class MathVerifier:
 
     def _check(self, completion: str, gold: str) -> tuple[float, float]:
         """(score, answer_found) of one completion."""
+        from math_verify import parse, verify  # not at the top: sympy costs `grpo-run check` ~1 s
+
         gold_parsed = parse_gold(gold)
         answer = self._answer_text(completion)
         predicted = parse(answer, parsing_timeout=None) if answer is not None else []
@@ -210,6 +212,8 @@ def parse_gold(gold: str) -> list[Any]:
     number or a LaTeX environment), and ``2\\pi`` would parse as ``2``; boxing makes the whole gold
     the answer. ``$gold$`` and the bare text are tried next for golds a box does not parse.
     """
+    from math_verify import parse
+
     if _BOXED in gold or "$" in gold:
         candidates = (gold,)
     else:

@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-import torch
 
 from grpo_run import Completion, EngineContext, RunError, SamplingParams
 from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, worker_environment
 from grpo_run.plugins.engines.vllm.config import VLLMEngineConfig
 from grpo_run.plugins.engines.vllm.weights import NcclWeights, SharedMemoryWeights
+
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 log = structlog.get_logger()
 CPU_KV_CACHE_GB = 1.0
@@ -33,6 +35,7 @@ class VLLMEngine:
     Config = VLLMEngineConfig
 
     def __init__(self, config: VLLMEngineConfig, context: EngineContext) -> None:
+        import torch
         self.config = config
         self.tokenizer = context.tokenizer
         self.version = 0
@@ -218,6 +221,7 @@ def worker_settings(config: VLLMEngineConfig) -> dict[str, Any]:
 
 
 def worker_env(config: VLLMEngineConfig, context: EngineContext) -> dict[str, str]:
+    import torch
     env = {
         # The worker is already a process of its own: run vLLM's engine core inside it.
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",

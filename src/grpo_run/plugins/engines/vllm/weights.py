@@ -19,14 +19,15 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 from multiprocessing import shared_memory
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, settle
 
-Bucket = list[tuple[str, torch.Tensor, torch.dtype, int]]
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
+
+Bucket: TypeAlias = "list[tuple[str, torch.Tensor, torch.dtype, int]]"
 """``(name, tensor, dtype to send it in, byte offset)`` of each tensor in one bucket."""
 
 
@@ -110,6 +111,7 @@ class SharedMemoryWeights:
 
     @staticmethod
     def _fill(segment: shared_memory.SharedMemory, bucket: Bucket) -> None:
+        import torch
         with torch.no_grad():
             for _name, tensor, dtype, offset in bucket:
                 wire.view_in_buffer(segment.buf, dtype, tuple(tensor.shape), offset).copy_(tensor.detach())
@@ -119,6 +121,7 @@ class NcclWeights:
     """The ``nccl`` transport (GPU): vLLM's weight-transfer API, the trainer as NCCL rank 0."""
 
     def __init__(self, dtype: torch.dtype, bucket_bytes: int, num_workers: int, device: str) -> None:
+        import torch
         self.dtype = dtype
         self.bucket_bytes = bucket_bytes
         self.world_size = 1 + num_workers
@@ -137,6 +140,7 @@ class NcclWeights:
         casts = dict(zip((n for n, _ in items), dtypes))
 
         def broadcast() -> None:
+            import torch
             packed_nccl_broadcast_producer(
                 iterator=iter(items), group=self.group, src=0,
                 post_iter_func=lambda item: item[1].to(device=self.device, dtype=casts[item[0]]),
@@ -153,6 +157,7 @@ class NcclWeights:
         return sum(wire.tensor_nbytes(d, tuple(t.shape)) for (_, t), d in zip(items, dtypes))
 
     async def _connect(self, client: WorkerClient) -> None:
+        import torch
         from vllm.distributed.weight_transfer.nccl_common import trainer_init
 
         port = free_port()

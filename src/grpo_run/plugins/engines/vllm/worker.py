@@ -1,9 +1,10 @@
 """The vLLM engine's worker process: one vLLM ``LLMEngine`` driven step by step.
 
 Run as ``python -P worker.py FD`` by :mod:`.client`, possibly with another interpreter than the
-trainer's (``[engine] python``), so this file imports only the standard library and torch at the
-top and vLLM inside :func:`main`; it never imports ``grpo_run`` (which that interpreter may not
-have). The trainer imports it too, for the message names and the weight-bucket layout.
+trainer's (``[engine] python``), so this file imports only the standard library at the top (torch
+and vLLM inside the functions that use them); it never imports ``grpo_run`` (which that
+interpreter may not have). The trainer imports it too, for the message names and the
+weight-bucket layout.
 
 Protocol: pickled tuples over a ``multiprocessing.connection.Connection`` (a Unix socket whose
 descriptor is inherited as ``FD``), ``(kind, key, *payload)``:
@@ -36,9 +37,10 @@ import time
 import traceback
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
+    import torch
 
 # -- what both sides share --------------------------------------------------------------------
 
@@ -55,6 +57,7 @@ Layout = list[tuple[str, str, tuple[int, ...], int]]
 
 
 def tensor_nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    import torch
     numel = 1
     for size in shape:
         numel *= size
@@ -67,6 +70,7 @@ def aligned(offset: int) -> int:
 
 def view_in_buffer(buffer: Any, dtype: torch.dtype, shape: tuple[int, ...], offset: int) -> torch.Tensor:
     """The tensor stored at ``offset`` of a shared-memory buffer (a view, not a copy)."""
+    import torch
     numel = tensor_nbytes(dtype, shape) // torch.empty((), dtype=dtype).element_size()
     return torch.frombuffer(buffer, dtype=dtype, count=numel, offset=offset).view(shape)
 
@@ -87,6 +91,7 @@ def attach_shared_memory(name: str) -> Any:
 
 
 def _begin_reload(worker: Any) -> None:
+    import torch
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
@@ -104,6 +109,7 @@ def _load_bucket(worker: Any, shm_name: str, layout: Layout, copy: bool) -> int:
     while vLLM's layerwise loader may keep a layer's tensors until the layer is complete (in a
     later bucket, or at finalize for padded ones) -- so take copies. An update of one bucket
     needs none: the buffer is not touched again before the update has ended."""
+    import torch
     from vllm.config import set_current_vllm_config
 
     if shm_name not in _ATTACHED:
@@ -119,6 +125,7 @@ def _load_bucket(worker: Any, shm_name: str, layout: Layout, copy: bool) -> int:
 
 
 def _finish_reload(worker: Any) -> None:
+    import torch
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
