@@ -13,8 +13,8 @@ from grpo_run.api.training import merge_tables
 from support.paths import DOCS, REPO
 
 FAST = {
-    "train": {"total_steps": 8, "local_eval_every": 8, "max_runtime_s": 0, "stop_at_eval_accuracy": 0},
-    "task": {"num_eval": 64},
+    "train": {"total_steps": 4, "local_eval_every": 4, "max_runtime_s": 0, "stop_at_eval_accuracy": 0},
+    "task": {"num_eval": 32},
     "optim": {"warmup_steps": 0},
     "checkpoint": {"save_freq": 0, "save_final": False},
     "scoring": {"num_workers": 0},
@@ -26,6 +26,7 @@ def headline_example() -> str:
     return (DOCS / "python-api.md").read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0]
 
 
+@pytest.mark.slow  # about 25 s of CPU (4 steps of 16 x 8 samples, two greedy evals of 32 problems)
 def test_the_python_api_headline_example_learns_from_its_reward_functions(tmp_path, monkeypatch) -> None:
     real_train = grpo_run.train
     runs = []
@@ -47,5 +48,6 @@ def test_the_python_api_headline_example_learns_from_its_reward_functions(tmp_pa
     assert all(m["verifier/correct/errors"] == 0 for m in train)
     assert sum(m["verifier/correct/mean_score"] for m in train) / len(train) > 0.2
     evals = [(m["step"], m["eval/accuracy"]) for m in lines if "eval/accuracy" in m]
-    assert [step for step, _ in evals] == [0, 8]
-    assert evals[1][1] >= evals[0][1] + 0.1, evals  # learnt from the functions' reward
+    assert [step for step, _ in evals] == [0, 4]
+    # Measured: 0.06 -> 0.94 (the biased warm start answers sum + 1; the functions' reward fixes it).
+    assert evals[1][1] >= evals[0][1] + 0.3, evals
