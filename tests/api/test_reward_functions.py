@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -25,12 +26,13 @@ def trl_style(completions, prompts, ground_truth, **kwargs):
 
 
 def test_the_signature_decides_how_a_function_is_called():
-    assert call_style(per_item) == "item" and call_style(trl_style) == "batch"
+    assert call_style(per_item) == "keyword" and call_style(trl_style) == "batch"
     assert call_style(lambda completions, **kw: []) == "batch"
     with pytest.raises(grpo_run.UserError) as e:
         call_style(lambda text: 1.0)
     assert str(e.value) == ("reward function '<lambda>' has parameters (text); use f(completions, **kwargs) -> "
-                            "list[float] (TRL) or f(completion, ground_truth, row) -> float")
+                            "list[float] (TRL) or f(completion, ground_truth, **kwargs) -> float")
+    assert call_style(lambda completion, **kw: 1.0) == "keyword" and call_style(lambda c, g, r: 1.0) == "item"
 
 
 def test_names_and_weights():
@@ -96,3 +98,55 @@ def test_a_failing_function_is_an_error_on_its_row():
 
     (scored,) = grpo_run.score([{"completion": "x"}], reward_funcs=[broken])
     assert scored["reward"] == 0.0 and scored["error"] == "broken: raised RuntimeError: boom"
+
+
+ROWS = [{"completion": "4", "ground_truth": "4", "verifier": "math", "level": 1, "prompt": "2+2"},
+        {"completion": "6", "ground_truth": "5", "verifier": "math", "level": 2, "prompt": "2+3"}]
+
+
+def _seen(path):
+    """What the functions recorded: they run on a copy (cloudpickled), so they write to a file."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_trl_batched_function_gets_the_ground_truth_and_the_other_columns(tmp_path):
+    log = str(tmp_path / "seen.jsonl")
+
+    def batched(completions, prompts, ground_truth, level, **kwargs):
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"completions": completions, "prompts": prompts, "ground_truth": ground_truth,
+                                 "level": level, "verifier": kwargs["verifier"]}) + "\n")
+        return [float(c == g) for c, g in zip(completions, ground_truth)]
+
+    scored = grpo_run.score(ROWS, reward_funcs=[batched])
+    assert [s["scores"]["batched"] for s in scored] == [1.0, 0.0]
+    assert _seen(tmp_path / "seen.jsonl") == [{"completions": ["4", "6"], "prompts": ["2+2", "2+3"],
+                                               "ground_truth": ["4", "5"], "level": [1, 2],
+                                               "verifier": ["math", "math"]}]
+
+
+def test_a_per_sample_function_gets_the_ground_truth_and_the_other_columns_by_keyword(tmp_path):
+    log = str(tmp_path / "seen.jsonl")
+
+    def by_keyword(prompt, completion, ground_truth, **kwargs):
+        with open(log, "a") as fh:
+            fh.write(json.dumps([prompt, completion, ground_truth, kwargs["level"], kwargs["id"]]) + "\n")
+        return float(completion == ground_truth)
+
+    def positional(c, gt, row):
+        with open(log, "a") as fh:
+            fh.write(json.dumps([c, gt, row["level"]]) + "\n")
+        return float(c == gt)
+
+    scored = grpo_run.score(ROWS, reward_funcs=[by_keyword, positional])
+    assert [s["scores"] for s in scored] == [{"math": 1.0, "by_keyword": 1.0, "positional": 1.0},
+                                             {"math": 0.0, "by_keyword": 0.0, "positional": 0.0}]
+    assert sorted(_seen(tmp_path / "seen.jsonl"), key=str) == sorted(
+        [["2+2", "4", "4", 1, "row-0"], ["2+3", "6", "5", 2, "row-1"], ["4", "4", 1], ["6", "5", 2]], key=str)
+
+
+def test_a_keyword_function_without_kwargs_gets_only_what_it_names():
+    def exact(completion, ground_truth):
+        return float(completion.strip() == ground_truth)
+
+    assert [s["reward"] for s in grpo_run.score(ROWS, verifiers={}, reward_funcs=[exact])] == [1.0, 0.0]

@@ -116,3 +116,55 @@ def test_train_inside_a_running_event_loop(tmp_path):
     assert result.run_dir == Path(tmp_path / "run") and result.checkpoint == tmp_path / "run/checkpoints/step_1"
     assert result.metrics["verifier/shortest/calls"] == 8.0
     assert result.config.data.train[0].path == str(tmp_path / "sums.jsonl")
+
+
+def test_a_failed_start_leaves_nothing_in_the_way_and_overwrite_starts_again(tmp_path):
+    rows = [{"prompt": f"{a}+{b}", "ground_truth": str(a + b)} for a in range(4) for b in range(3)]
+    good = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "sums.jsonl").write_text(good + json.dumps({"prompt": ["not", "text"]}) + "\n")
+
+    def shortest(completion, ground_truth, row):
+        return 1.0 / (1 + len(completion))
+
+    config = {
+        "model": {"name_or_path": "tiny-arithmetic"},
+        "data": {"max_prompt_token_length": 16, "train": [{"path": str(tmp_path / "sums.jsonl")}]},
+        "rollout": {"num_unique_prompts_rollout": 2, "num_samples_per_prompt_rollout": 2, "response_length": 2},
+        "algorithm": {"pack_length": 32, "filter_zero_std_samples": False},
+        "train": {"total_steps": 1, "local_eval_every": 0},
+        "checkpoint": {"save_final": False},
+        "scoring": {"num_workers": 0},
+        "logging": {"progress": False},
+    }
+    run = tmp_path / "run"
+    with pytest.raises(grpo_run.UserError, match="sums.jsonl:13: 'prompt' must be a non-empty string"):
+        grpo_run.train(config, reward_funcs=[shortest], output_dir=run)
+    (tmp_path / "sums.jsonl").write_text(good)
+    assert grpo_run.train(config, reward_funcs=[shortest], output_dir=run).metrics["verifier/shortest/calls"] == 4.0
+    with pytest.raises(grpo_run.UserError, match="already holds a run"):
+        grpo_run.train(config, reward_funcs=[shortest], output_dir=run)
+    result = grpo_run.train(config, reward_funcs=[shortest], output_dir=run, overwrite=True)
+    assert result.metrics["verifier/shortest/calls"] == 4.0
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+def test_reward_funcs_alone_are_enough_for_rows_that_name_a_verifier(tmp_path):
+    from grpo_run.core.data.sources import load_rows
+    from grpo_run.core.plugins.host import build_plugin_host
+
+    def exact(completion, ground_truth):
+        return float(completion.strip() == ground_truth)
+
+    # The arithmetic task's rows name "math"; without the file's [verifiers.math] the function alone scores.
+    cfg = grpo_run.load_config(EXAMPLES / "arithmetic.toml", reward_funcs=[exact], verifiers=None)
+    assert list(cfg.verifiers) == ["exact"] and cfg.scoring.row_verifiers is False
+    rows = load_rows(cfg, build_plugin_host().registry).train
+    assert rows[0]["verifier"] == "math" and rows[0]["ground_truth"]  # kept as data for the functions
+    # A data source that names a verifier for its rows, likewise.
+    (tmp_path / "a.jsonl").write_text(json.dumps({"prompt": "1+1", "answer": "2"}) + "\n")
+    source = {"path": str(tmp_path / "a.jsonl"), "verifier": "math", "ground_truth_key": "answer"}
+    cfg = grpo_run.load_config({"data": {"train": [source]}, "train": {"local_eval_every": 0}}, reward_funcs=[exact])
+    assert load_rows(cfg, build_plugin_host().registry).train[0]["ground_truth"] == "2"
+    # With verifiers of the config's own, both count, and the rows must name enabled ones.
+    both = grpo_run.load_config(EXAMPLES / "arithmetic.toml", reward_funcs=[exact])
+    assert sorted(both.verifiers) == ["exact", "math"] and both.scoring.row_verifiers is True

@@ -44,6 +44,20 @@ def test_a_used_run_directory_is_refused_without_resume_or_overwrite(tmp_path, t
     assert caught.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+def test_a_run_that_fails_before_its_first_step_does_not_block_the_retry(tmp_path, tiny_model_dir, capsys) -> None:
+    cfg = _config(tmp_path, tiny_model_dir, train={"total_steps": 1})
+    rows = (tmp_path / "train.jsonl").read_text()
+    (tmp_path / "train.jsonl").write_text(rows + '{"prompt": ""}\n')  # a data error, found after the run dir exists
+    run = tmp_path / "run"
+    assert main([str(cfg), "--output-dir", str(run)]) == 2
+    assert "'prompt' must be a non-empty string" in capsys.readouterr().err
+    assert run.is_dir() and not (run / "config.toml").exists()  # its log.jsonl stays, with the failure
+    assert "run_failed" in (run / "log.jsonl").read_text()
+    (tmp_path / "train.jsonl").write_text(rows)
+    assert main([str(cfg), "--output-dir", str(run)]) == 0  # no --overwrite needed
+    assert metrics_steps(run) == [1]
+
+
 def test_resuming_in_place_keeps_each_step_once(tmp_path, tiny_model_dir, capsys) -> None:
     cfg = _config(tmp_path, tiny_model_dir, train={"total_steps": 4}, checkpoint={"save_freq": 2})
     run = tmp_path / "run"

@@ -96,8 +96,8 @@ def test_config_tables_choose_verifiers_options_and_scoring(tmp_path: Path, host
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        ([ROWS[0], "{not json"], "in.jsonl:2: invalid JSON"),
-        ([ROWS[0], "", {"prompt": "p", "ground_truth": 1, "verifier": "exact"}], "in.jsonl:3: missing field 'completion'"),
+        (["{not json"], "in.jsonl:1: invalid JSON"),
+        (["", {"prompt": "p", "ground_truth": 1, "verifier": "exact"}], "in.jsonl:2: missing field 'completion'"),
         ([{"completion": "c", "ground_truth": 1, "verifier": "exact"}], "in.jsonl:1: missing field 'prompt'"),
         (["[1, 2]"], "in.jsonl:1: expected a JSON object, got list"),
         ([{**ROWS[0], "verifier": "exactt"}], "in.jsonl:1: no verifier named 'exactt' (did you mean 'exact'?)"),
@@ -116,12 +116,35 @@ def test_unusable_input_exits_2_naming_file_and_line(tmp_path: Path, host, capsy
     assert not out.exists()
 
 
+def test_bad_rows_are_errors_on_their_lines_and_the_others_are_scored(tmp_path: Path, host, capsys) -> None:
+    lines = [ROWS[0], "{not json", "", {"prompt": "p", "ground_truth": 1, "verifier": "exact"},
+             {**ROWS[1], "verifier": "exactt"}, ROWS[1]]
+    src = write_jsonl(tmp_path / "in.jsonl", lines)
+    out = tmp_path / "out.jsonl"
+    assert run_score_command(parse(["score", str(src), "--output", str(out), "--workers", "0"]), host) == 0
+    scored = read_jsonl(out)
+    assert [(r["reward"], r.get("error")) for r in scored] == [
+        (1.0, None),
+        (0.0, "line 2: invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
+        (0.0, "line 4: missing field 'completion'"),
+        (0.0, "line 5: no verifier named 'exactt' (did you mean 'exact'?); available: exact, flaky, format, length"),
+        (0.0, None),
+    ]
+    assert scored[2]["prompt"] == "p" and scored[3]["completion"] == "9"  # the row's fields stay
+    stdout = capsys.readouterr().out
+    assert "line 4: not scored: missing field 'completion'" in stdout
+    assert "scored 2 rows" in stdout and "3 rows not scored (error on their line)" in stdout
+
+
 def test_verifier_not_enabled_in_the_config_and_bad_config(tmp_path: Path, host, capsys) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [ROWS[0], {**ROWS[1], "verifier": "flaky"}])
     config = tmp_path / "c.toml"
     config.write_text("[verifiers.exact]\n[scoring]\nnum_workers = 0\n")
-    assert run_score_command(parse(["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--config", str(config)]), host) == 2
-    assert "in.jsonl:2: verifier 'flaky' is not enabled in" in capsys.readouterr().err
+    out = tmp_path / "o.jsonl"
+    assert run_score_command(parse(["score", str(src), "-o", str(out), "--config", str(config)]), host) == 0
+    assert [r.get("error", "") for r in read_jsonl(out)] == [
+        "", f"line 2: verifier 'flaky' is not enabled in {config}; enabled: exact (add a [verifiers.flaky] table)"]
+    capsys.readouterr()
     config.write_text("[verifiers.exact]\nwieght = 1\n[scoring]\nerror_window = 0\n")
     assert run_score_command(parse(["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--config", str(config)]), host) == 2
     err = capsys.readouterr().err

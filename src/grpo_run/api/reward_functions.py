@@ -6,7 +6,10 @@ Two signatures are accepted, told apart by the parameter names:
   ``prompts`` and every other column of the rows as a list (``ground_truth``, ``id``, ...). For chat
   rows (``messages``) a completion is ``[{"role": "assistant", "content": text}]`` and a prompt is
   the chat, as in TRL; otherwise both are strings.
-* ``f(completion, ground_truth, row) -> float | None`` -- one completion at a time.
+* One completion at a time, by keyword: ``f(completion, ground_truth, **kwargs) -> float | None``
+  (any of ``completion``, ``prompt``, ``ground_truth``, ``row`` and the row's other columns; a
+  function with ``**kwargs`` gets them all). ``prompt`` is the chat for chat rows, else the text.
+* ``f(completion, ground_truth, row) -> float | None`` under other parameter names: positionally.
 
 ``None`` means "no opinion on this row" (the function adds nothing to its reward). Each function
 becomes a verifier named after it that scores every row (``all_rows``), with its weight and score
@@ -73,7 +76,8 @@ class RewardFunction:
 
 
 def call_style(fn: Callable[..., Any]) -> str:
-    """``"batch"`` for TRL's ``f(completions, **kwargs)``, ``"item"`` for ``f(completion, ground_truth, row)``."""
+    """``"batch"`` for TRL's ``f(completions, **kwargs)``, ``"keyword"`` for ``f(completion, ...)``
+    called one completion at a time by keyword, ``"item"`` for ``f(c, gt, row)`` called positionally."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -81,12 +85,14 @@ def call_style(fn: Callable[..., Any]) -> str:
     names = [p.name for p in params]
     if "completions" in names:
         return "batch"
+    if "completion" in names:
+        return "keyword"
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params):
         return "item"
     raise UserError(
         f"reward function {getattr(fn, '__name__', fn)!r} has parameters ({', '.join(names)}); use "
-        "f(completions, **kwargs) -> list[float] (TRL) or f(completion, ground_truth, row) -> float"
+        "f(completions, **kwargs) -> list[float] (TRL) or f(completion, ground_truth, **kwargs) -> float"
     )
 
 
@@ -111,6 +117,22 @@ class _FunctionVerifier:
 class _ItemFunctionVerifier(_FunctionVerifier):
     def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> Any:
         return _applicable_or_not(self.fn(completion, ground_truth, row))
+
+
+class _KeywordFunctionVerifier(_FunctionVerifier):
+    def __init__(self, config: RewardFunctionConfig) -> None:
+        super().__init__(config)
+        params = inspect.signature(self.fn).parameters.values()
+        self._takes_all = any(p.kind is p.VAR_KEYWORD for p in params)
+        self._names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+    def score(self, completion: str, ground_truth: Any, row: Mapping[str, Any]) -> Any:
+        prompt = row["messages"] if "messages" in row else row.get("prompt")
+        args = {**{k: v for k, v in row.items() if k not in CHAT_COLUMNS},
+                "completion": completion, "prompt": prompt, "ground_truth": ground_truth, "row": row}
+        if not self._takes_all:
+            args = {k: v for k, v in args.items() if k in self._names}
+        return _applicable_or_not(self.fn(**args))
 
 
 class _BatchFunctionVerifier(_FunctionVerifier):
@@ -138,7 +160,7 @@ def _applicable_or_not(value: Any) -> Any:
 
 def verifier_class(name: str, payload: bytes, style: str) -> type:
     """The verifier class of one function (also what unpickling calls in a worker)."""
-    base = _BatchFunctionVerifier if style == "batch" else _ItemFunctionVerifier
+    base = {"batch": _BatchFunctionVerifier, "keyword": _KeywordFunctionVerifier}.get(style, _ItemFunctionVerifier)
     return _FunctionVerifierType(f"RewardFunction[{name}]", (base,), {"name": name, "payload": payload,
                                                                        "style": style, "__module__": __name__})
 

@@ -30,7 +30,8 @@ def score(
     :param rows: mappings with ``completion``, and ``ground_truth`` and ``verifier`` for the
         verifiers that check answers (as in ``grpo-run score``).
     :param verifiers: ``name -> options`` (the ``[verifiers.<name>]`` tables); default: every
-        verifier the rows name, with its default options.
+        verifier the rows name, with its default options. ``{}`` with ``reward_funcs``: the
+        functions alone score, the rows' ``verifier`` is plain data (as in :func:`grpo_run.train`).
     :param reward_funcs: plain reward functions (as for :func:`grpo_run.train`); they score every row.
     :param scoring: ``[scoring]`` options (``num_workers``, ``timeout_s``, ...); by default the
         calls run in this process (``num_workers = 0``) with no time limit enforced.
@@ -52,7 +53,10 @@ def score(
     converter = make_converter(registry)
     try:
         configs = structure_components(converter, registry, VERIFIER, tables)
-        section = converter.structure(dict(scoring or {"num_workers": 0}), ScoringSection)
+        options = dict(scoring or {"num_workers": 0})
+        if funcs and verifiers is not None and not verifiers:  # as in train: the functions alone
+            options.setdefault("row_verifiers", False)
+        section = converter.structure(options, ScoringSection)
     except Exception as exc:  # cattrs groups: report each problem with its key
         raise ConfigError("<score>", issues_from_exception(exc)) from None
     scorer = RewardScorer.from_config(section, {n: (registry.get(VERIFIER, n), c) for n, c in configs.items()},

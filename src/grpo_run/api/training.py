@@ -56,6 +56,7 @@ def train(
     *,
     output_dir: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
     **overrides: Any,
 ) -> TrainResult:
     """Train; returns the run directory, the final metrics and the last checkpoint.
@@ -66,6 +67,8 @@ def train(
     :param reward_weights: one weight per function (TRL's ``reward_weights``); default 1.
     :param output_dir: the run directory (default ``<run.output_dir>/<run.name>``).
     :param resume: a checkpoint, checkpoints directory or run directory to continue from.
+    :param overwrite: start again in a run directory that holds an earlier run (removes its
+        files; as ``--overwrite``). Without it such a directory is a :class:`~grpo_run.UserError`.
 
     Inside a running event loop (a Jupyter cell) the run goes to a helper thread, since the
     training loop runs its own.
@@ -77,7 +80,8 @@ def train(
     cfg, host = _prepare(config, reward_funcs, reward_weights, overrides)
     resumed_run = run_dir_of_checkpoint(find_checkpoint(resume)) if resume is not None else None
     run_dir = Path(output_dir) if output_dir is not None else resumed_run or default_run_dir(cfg)
-    metrics = outside_event_loop(lambda: run_training(cfg, host, run_dir, resume_from=resume))
+    metrics = outside_event_loop(lambda: run_training(cfg, host, run_dir, resume_from=resume,
+                                                                 overwrite=overwrite))
     try:
         checkpoint: Path | None = find_checkpoint(checkpoints_dir(cfg, run_dir))
     except UserError:
@@ -91,6 +95,8 @@ def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[f
     host = build_plugin_host()
     register_reward_functions(host.registry, funcs)
     data, source = config_data(config)
+    if isinstance(config, (str, os.PathLike)):  # a `module:Class` name may live next to the config
+        host.registry.import_dirs.append(Path(config).resolve().parent)
     data = merge_tables(data, overrides)
     if funcs:
         tables = verifier_tables(funcs)
@@ -98,6 +104,8 @@ def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[f
         if clash:
             raise UserError(f"{source}: [verifiers.{clash[0]}] is also the name of a reward function; "
                             "rename one (grpo_run.RewardFunction(fn, name=...))")
+        if not data.get("verifiers"):  # as in TRL, the functions alone give the reward
+            data["scoring"] = {"row_verifiers": False, **(data.get("scoring") or {})}
         data["verifiers"] = {**(data.get("verifiers") or {}), **tables}
     return parse_config(data, host.registry, source), host
 

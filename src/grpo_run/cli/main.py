@@ -158,8 +158,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, print_data_summary
 
+        from grpo_run.core.config.advice import config_warnings
+
         rows = check_data(cfg, host.registry)
         print(f"{args.config}: ok")
+        for text in config_warnings(cfg):
+            print_problem(Console(stderr=True, highlight=False), "warning:", text)
         print_data_summary(Console(highlight=False), rows)
         return 0
     from grpo_run.core.loop.run import default_run_dir, train

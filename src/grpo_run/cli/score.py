@@ -9,8 +9,11 @@ uses. Each output row is the input row plus ``reward`` (the combined reward), ``
 With ``--config``, only the config's ``[verifiers.*]`` and ``[scoring]`` tables are read (the
 rest of a training config may be there and is ignored); without it, every verifier the input names
 is enabled with its default options and scores only the rows that name it. The error-rate stop of
-training is off here: failed verifications are what this command is for. Exit 0 once rows are
-scored, 2 for unusable input (the message names the file and line).
+training is off here: failed verifications are what this command is for. A row that cannot be
+scored (invalid JSON, a missing field, a verifier that is not there) is an error on that row: its
+output line has ``error`` (``line N: ...``), the summary lists it, the other rows are scored. Exit
+0 once rows are scored, 2 when none can be, or for an unusable file or config (the message names
+the file and line).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ SHOWN_ERRORS = 5
 """Failed rows listed after the summary table."""
 
 Row = dict[str, Any]
+Problems = dict[int, tuple[Any, str]]
+"""Rows that cannot be scored: line number -> (the parsed row, or None, and what is wrong)."""
 
 
 def add_score_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,12 +85,18 @@ def run_score_command(args: argparse.Namespace, host: Any) -> int:
 
 def _score_file(args: argparse.Namespace, registry: ComponentRegistry, err: Console) -> int:
     source = str(args.input)
-    lines, rows = read_rows(Path(args.input), source)
+    lines, rows, problems = read_rows(Path(args.input), source)
     if args.config is not None:
         specs, scoring = configured_verifiers(Path(args.config), registry)
     else:
-        specs, scoring = default_verifiers(rows, lines, registry, source), ScoringSection()
-    check_rows_enabled(rows, lines, specs, source, args.config)
+        specs, scoring = default_verifiers(rows, lines, registry, source, problems), ScoringSection()
+    check_rows_enabled(rows, lines, specs, args.config, problems)
+    usable = [(line, row) for line, row in zip(lines, rows, strict=True) if line not in problems]
+    if not usable:
+        line, (_, message) = min(problems.items())
+        more = f" (and {len(problems) - 1} more unusable rows)" if len(problems) > 1 else ""
+        raise UserError(f"{source}:{line}: {message}{more}")
+    lines, rows = [line for line, _ in usable], [row for _, row in usable]
     overrides: dict[str, Any] = {"max_error_rate": 1.0, "max_logged_errors": 0}
     if args.workers is not None:
         overrides["num_workers"] = _checked(args.workers, args.workers >= 0, "--workers must be >= 0")
@@ -101,9 +112,12 @@ def _score_file(args: argparse.Namespace, registry: ComponentRegistry, err: Cons
             scorer.close()
     finally:
         structlog.configure(**saved_logging)
-    write_rows_atomically(Path(args.output), [_output_row(r, s) for r, s in zip(rows, results, strict=True)])
+    scored = {line: _output_row(r, s) for line, r, s in zip(lines, rows, results, strict=True)}
+    for line, (row, message) in problems.items():
+        scored[line] = _unscored_row(row, line, message)
+    write_rows_atomically(Path(args.output), [scored[line] for line in sorted(scored)])
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-    print_summary(out, rows, lines, results, metrics, scorer, args.output)
+    print_summary(out, rows, lines, results, metrics, scorer, args.output, problems)
     return 0
 
 
@@ -116,28 +130,34 @@ def _checked(value: Any, ok: bool, message: str) -> Any:
 # -- input -----------------------------------------------------------------------------------------
 
 
-def read_rows(path: Path, source: str) -> tuple[list[int], list[Row]]:
-    """(line numbers, rows) of a JSONL file; the first unusable line is a :class:`UserError`."""
+def read_rows(path: Path, source: str) -> tuple[list[int], list[Row], Problems]:
+    """(line numbers, rows, problems) of a JSONL file: the rows that parse and have the required
+    fields, and what is wrong with each other line. An unreadable or empty file is a :class:`UserError`."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: cannot read: {exc}") from None
-    lines, rows = [], []
+    lines, rows, problems = [], [], {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{source}:{number}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-        check_row(row, f"{source}:{number}")
+            problems[number] = (None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        try:
+            check_row(row, "")
+        except UserError as exc:
+            problems[number] = (row, str(exc).removeprefix(": "))
+            continue
         lines.append(number)
         rows.append(row)
-    if not rows:
+    if not rows and not problems:
         raise UserError(f"{source}: no rows to score (the file is empty)")
-    return lines, rows
+    return lines, rows, problems
 
 
 def check_row(row: Any, where: str) -> None:
@@ -169,9 +189,10 @@ def _names(row: Row) -> list[str]:
 
 
 def default_verifiers(
-    rows: list[Row], lines: list[int], registry: ComponentRegistry, source: str
+    rows: list[Row], lines: list[int], registry: ComponentRegistry, source: str, problems: Problems
 ) -> dict[str, tuple[type, Any]]:
-    """Every verifier the rows name, with its default config; each scores only the rows that name it."""
+    """Every verifier the rows name, with its default config; each scores only the rows that name
+    it. A row naming an unknown verifier goes to ``problems``."""
     specs: dict[str, tuple[type, Any]] = {}
     for row, line in zip(rows, lines, strict=True):
         for name in _names(row):
@@ -180,7 +201,8 @@ def default_verifiers(
             try:
                 cls = registry.get("verifier", name)
             except UnknownComponentError as exc:
-                raise UserError(f"{source}:{line}: {exc}") from None
+                problems.setdefault(line, (row, str(exc)))
+                continue
             try:
                 config = cls.Config()
                 if getattr(config, "all_rows", False):  # without a config, rows get what they name
@@ -220,15 +242,14 @@ def configured_verifiers(path: Path, registry: ComponentRegistry) -> tuple[dict[
 
 
 def check_rows_enabled(
-    rows: list[Row], lines: list[int], specs: Mapping[str, Any], source: str, config: str | None
+    rows: list[Row], lines: list[int], specs: Mapping[str, Any], config: str | None, problems: Problems
 ) -> None:
+    """Rows naming a verifier ``specs`` lacks go to ``problems``."""
     for row, line in zip(rows, lines, strict=True):
-        for name in _names(row):
-            if name not in specs:
-                raise UserError(
-                    f"{source}:{line}: verifier {name!r} is not enabled in {config}; "
-                    f"enabled: {', '.join(specs)} (add a [verifiers.{name}] table)"
-                )
+        missing = [name for name in _names(row) if name not in specs]
+        if missing and line not in problems:
+            problems[line] = (row, f"verifier {missing[0]!r} is not enabled in {config}; "
+                                   f"enabled: {', '.join(specs)} (add a [verifiers.{missing[0]}] table)")
 
 
 # -- scoring ---------------------------------------------------------------------------------------
@@ -285,6 +306,12 @@ def _output_row(row: Row, result: ScoredCompletion) -> Row:
     return out
 
 
+def _unscored_row(row: Any, line: int, message: str) -> Row:
+    """The output line of an input line that could not be scored."""
+    fields = row if isinstance(row, dict) else {}
+    return {**fields, "reward": 0.0, "scores": {}, "error": f"line {line}: {message}"}
+
+
 def write_rows_atomically(path: Path, rows: list[Row]) -> None:
     """Write JSONL to a temporary file beside ``path``, then rename it over ``path``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -306,6 +333,7 @@ def print_summary(
     metrics: Mapping[str, float],
     scorer: RewardScorer,
     output: str,
+    problems: Problems | None = None,
 ) -> None:
     table = Table(title="scores per verifier", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("verifier", no_wrap=True)
@@ -324,6 +352,11 @@ def print_summary(
         )
     console.print(table)
     failed = [(line, r.error) for line, r in zip(lines, results, strict=True) if r.error is not None]
+    unscored = sorted((problems or {}).items())
+    for line, (_, message) in unscored[:SHOWN_ERRORS]:
+        console.print(f"  line {line}: not scored: {escape(message)}", soft_wrap=True)
+    if len(unscored) > SHOWN_ERRORS:
+        console.print(f"  ... and {len(unscored) - SHOWN_ERRORS} more rows not scored")
     for line, error in failed[:SHOWN_ERRORS]:
         console.print(f"  line {line}: {escape(error or '')}", soft_wrap=True)
     if len(failed) > SHOWN_ERRORS:
@@ -332,6 +365,7 @@ def print_summary(
     console.print(
         f"scored {len(rows)} rows -> {escape(str(output))}: mean reward {mean:.4f} "
         f"(max possible {scorer.max_possible_score:g}), {len(failed)} with errors"
+        + (f"; {len(unscored)} rows not scored (error on their line)" if unscored else "")
     )
 
 

@@ -23,6 +23,7 @@ from grpo_run.core.config import (
     load_config,
     parse_config,
 )
+from grpo_run.core.config.advice import config_warnings
 from grpo_run.core.errors import PluginError
 from grpo_run.core.plugins.registry import ComponentRegistry
 
@@ -401,7 +402,6 @@ def test_plugin_name_must_be_a_string_and_task_needs_one(registry: ComponentRegi
             "data.eval[0].weight",
             "must be <= 1 for an eval source (rows would repeat), got 2.0",
         ),
-        ({"optim": {"warmup_steps": 200}}, "optim.warmup_steps", "must be <= train.total_steps (100), got 200"),
     ],
 )
 def test_each_invariant_fires_with_its_path(
@@ -458,9 +458,30 @@ def test_all_errors_are_reported_at_once_each_on_its_own_line(registry: Componen
 
 
 def test_invariants_are_reported_together(registry: ComponentRegistry) -> None:
-    data = with_(optim={"warmup_steps": 200}, algorithm={"pack_length": 10}, data={"eval": [{"path": "e.jsonl"}]})
+    data = with_(kl={"beta": 0.1, "reference": "none"}, algorithm={"pack_length": 10}, data={"eval": [{"path": "e.jsonl"}]})
     paths = [i.path for i in issues(data, registry)]
-    assert paths == ["algorithm.pack_length", "data.eval", "optim.warmup_steps"]
+    assert paths == ["algorithm.pack_length", "data.eval", "kl.reference"]
+
+
+def test_field_errors_and_invariants_are_reported_together(registry: ComponentRegistry) -> None:
+    # Three field mistakes and a broken invariant: all four at once, not the invariant after the fixes.
+    data = with_(rollout={"temprature": 1.0, "top_p": 2.0}, optim={"lr": -1}, algorithm={"pack_length": 10})
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, registry, "run.toml")
+    assert sorted(i.path for i in e.value.issues) == ["algorithm.pack_length", "optim.lr", "rollout.temprature",
+                                                      "rollout.top_p"]
+    # An invariant that reads a key with a mistake is not judged on that key's default.
+    wrong_type = with_(rollout={"response_length": "8"}, algorithm={"pack_length": 40})  # 16 + 32 (default) > 40
+    with pytest.raises(ConfigError) as e:
+        parse_config(wrong_type, registry, "run.toml")
+    assert [i.path for i in e.value.issues] == ["rollout.response_length"]
+
+
+def test_a_warmup_longer_than_the_run_is_a_warning_not_an_error(registry: ComponentRegistry) -> None:
+    cfg = parse_config(with_(optim={"warmup_steps": 10}, train={"total_steps": 3}), registry)
+    assert config_warnings(cfg) == ["optim.warmup_steps = 10 is more than train.total_steps = 3: the run ends "
+                                    "during warm-up, with the learning rate at 30% of optim.lr"]
+    assert config_warnings(parse_config(with_(optim={"warmup_steps": 3}, train={"total_steps": 3}), registry)) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ reward varies between samples from the first step on.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,41 @@ def test_import_path_to_a_plain_module(tmp_path: Path, monkeypatch, plugin_host)
     assert entry.distribution == "<module my_project_losses>"
     loss = entry.cls(cfg.loss.config)
     assert loss.config.max_ratio == 3.0
+
+
+LOCAL_LOSS = (
+    "from grpo_run_example_loss.losses import ReinforceBaselineLoss\n"
+    "class NextToTheConfig(ReinforceBaselineLoss):\n"
+    "    name = 'next-to-the-config'\n"
+)
+
+
+def test_a_loss_module_next_to_the_config_or_in_the_working_directory_needs_no_pythonpath(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    # The console script (not `python -m`, whose sys.path holds the working directory) run from
+    # another directory, with PYTHONPATH unset: the module beside the config is found.
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "beside_config_loss.py").write_text(LOCAL_LOSS)
+    cfg = write_small_run(project, verifier=VERIFIER, model={"name_or_path": str(tiny_model_dir)},
+                          loss={"name": "beside_config_loss:NextToTheConfig"}, train={"total_steps": 1})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # the tests' support package, for the verifier
+    script = str(Path(sys.executable).parent / "grpo-run")
+    proc = subprocess.run([script, str(cfg), "--output-dir", str(tmp_path / "out")], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["loss/ratio_mean"] == 1.0  # the local loss's own metric: it trained
+    # The same module in the working directory, the config elsewhere.
+    (elsewhere / "in_cwd_loss.py").write_text(LOCAL_LOSS)
+    cfg.write_text(cfg.read_text().replace("beside_config_loss:", "in_cwd_loss:"))
+    check = subprocess.run([script, "check", str(cfg)], cwd=elsewhere, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stderr
+    missing = subprocess.run([script, "check", str(cfg)], cwd=project, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2
+    assert f"no module named 'in_cwd_loss' (is the package installed in this environment? not in {project}" \
+        in missing.stderr

@@ -15,16 +15,25 @@ def test_a_row_names_its_verifiers_and_the_all_rows_ones_follow() -> None:
     errors: list[str] = []
     pairs = plan_row({"verifier": ["math", "code"], "ground_truth": ["4", "x"]}, None, ["math", "code", "format"],
                      ["format"], errors)
-    assert pairs == [("math", "4"), ("code", "x"), ("format", None)] and errors == []
+    # The all-rows verifiers get the row's ground truth as it is (a reward function compares with it).
+    assert pairs == [("math", "4"), ("code", "x"), ("format", ["4", "x"])] and errors == []
     assert plan_row({"ground_truth": "4"}, "math", ["math"], [], errors) == [("math", "4")]
     # An all-rows verifier the row names itself is not asked twice.
     assert plan_row({"verifier": "format", "ground_truth": None}, None, ["format"], ["format"], errors) == [("format", None)]
+    assert plan_row({"ground_truth": "7"}, None, ["f"], ["f"], errors) == [("f", "7")] and errors == []
+
+
+def test_without_row_verifiers_only_the_all_rows_ones_score_and_the_verifier_column_is_data() -> None:
+    errors: list[str] = []
+    row = {"verifier": "math", "ground_truth": "4"}
+    assert plan_row(row, None, ["f", "g"], ["f", "g"], errors, row_verifiers=False) == [("f", "4"), ("g", "4")]
+    assert errors == []
 
 
 def test_row_problems_are_reported_and_leave_only_what_can_run() -> None:
     errors: list[str] = []
     assert plan_row({"verifier": ["math", "code"], "ground_truth": "4"}, None, ["math", "code"], ["format"], errors) \
-        == [("format", None)]
+        == [("format", "4")]
     assert errors == ["verifier lists 2 names, so ground_truth must be a list of 2"]
     errors.clear()
     assert plan_row({"verifier": "sql", "ground_truth": "1"}, None, ["math"], [], errors) == []

@@ -377,8 +377,8 @@ def test_all_rows_verifiers_score_rows_that_name_other_verifiers_or_none() -> No
     assert [r.reward for r in results] == [1.5, 0.5, 0.5]
     assert [r.max_reward for r in results] == [1.5, 0.5, 0.5]
     assert [(s["id"], s["gold"], s["finish_reason"], s["num_tokens"]) for s in Recorder.seen] == [
-        (0, None, "stop", 1),  # no ground truth of its own; the row with the finish reason and length
-        (1, None, "length", 5),
+        (0, "1", "stop", 1),  # the row's ground truth, as it is; the row with the finish reason and length
+        (1, None, "length", 5),  # a row without one: None
         (2, 7, "stop", 9),  # a row naming the all-rows verifier gives it its own ground truth
     ]
     with pytest.raises(ValueError, match="3 rows but 2 finish_reasons"):

@@ -17,7 +17,7 @@ import cachetools
 import pytest
 from cattrs.errors import ClassValidationError
 
-from grpo_run import VerifierResult
+from grpo_run import VerifierConfig, VerifierResult
 from grpo_run.core.config.converter import make_converter
 from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
 from grpo_run.plugins.verifiers import grpo_run_register_verifiers
@@ -448,3 +448,28 @@ def test_through_the_reward_scorer_with_its_timeout(server: JudgeServer) -> None
     assert time.monotonic() - start < 3.0  # the scorer's 0.5 s, not the judge's 60 s timeout
     assert [s.reward for s in hung] == [0.0] * 3
     assert all("timed out" in (s.error or "") for s in hung)
+
+
+def test_all_rows_adds_the_judges_reward_to_every_rows_own_verifiers(server: JudgeServer) -> None:
+    """``all_rows = true``: rows that name another verifier are judged too, and the rewards add up."""
+    from grpo_run.core.scoring.scorer import RewardScorer
+    from support.scoring_helpers import ExactVerifier
+
+    rows = [{"id": f"r{i}", "prompt": "Q", "ground_truth": "42", "verifier": "exact"} for i in range(2)]
+    completions = ["42", "<<score=5>>"]
+
+    async def run(all_rows: bool) -> list[Any]:
+        judge = JudgeConfig(base_url=server.base_url, model="good", weight=0.5, max_retries=0, all_rows=all_rows)
+        scorer = RewardScorer({"exact": (ExactVerifier, VerifierConfig()), "judge": (JudgeVerifier, judge)},
+                              num_workers=0)
+        try:
+            return await scorer.score(rows, completions)
+        finally:
+            await scorer.aclose()
+
+    judged = asyncio.run(run(True))
+    # exact (1, 0) + 0.5 x judge (5/10 when no marker, 5/10): 1.25 and 0.25; the row's ground truth reaches it.
+    assert [(s.reward, dict(s.scores)) for s in judged] == [(1.25, {"exact": 1.0, "judge": 0.5}),
+                                                           (0.25, {"exact": 0.0, "judge": 0.5})]
+    assert all("42" in r.user_message for r in server.requests)
+    assert [s.reward for s in asyncio.run(run(False))] == [1.0, 0.0]  # the default: only rows naming judge

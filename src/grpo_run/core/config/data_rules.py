@@ -38,7 +38,10 @@ def eval_needs_eval_rows(cfg: RunConfig) -> list[ConfigIssue]:
 
 
 def source_verifiers_are_enabled(cfg: RunConfig) -> list[ConfigIssue]:
-    """A source's fixed ``verifier`` must be a configured one."""
+    """A source's fixed ``verifier`` must be a configured one (unless rows' verifiers are plain
+    data: ``scoring.row_verifiers = false``)."""
+    if not cfg.scoring.row_verifiers:
+        return []
     enabled = sorted(cfg.verifiers)
     issues = []
     for split in ("train", "eval"):

@@ -72,24 +72,20 @@ def some_reward_enabled(cfg: RunConfig) -> list[ConfigIssue]:
     return [ConfigIssue("verifiers", "no verifier enabled; add a table such as [verifiers.math]")]
 
 
+def rows_scored_without_their_verifiers(cfg: RunConfig) -> list[ConfigIssue]:
+    """With the rows' ``verifier`` column ignored, only verifiers that score every row give rewards."""
+    if cfg.scoring.row_verifiers or any(isinstance(c, ShapingConfig) and c.all_rows for c in cfg.verifiers.values()):
+        return []
+    return [ConfigIssue("scoring.row_verifiers", "is false, so only verifiers that score every row (all_rows = true) "
+                        "give rewards, and none of the enabled ones does")]
+
+
 def _weight(config: Any) -> float:
     return float(config.weight) if isinstance(config, VerifierConfig) else 1.0
 
 
 def _mode(config: Any) -> str:
     return config.mode if isinstance(config, ShapingConfig) else "additive"
-
-
-def warmup_within_training(cfg: RunConfig) -> list[ConfigIssue]:
-    """Warm-up longer than the run would never reach the configured learning rate."""
-    if cfg.optim.warmup_steps <= cfg.train.total_steps:
-        return []
-    return [
-        ConfigIssue(
-            "optim.warmup_steps",
-            f"must be <= train.total_steps ({cfg.train.total_steps}), got {cfg.optim.warmup_steps}",
-        )
-    ]
 
 
 def loss_denominator_is_token_or_positive(cfg: RunConfig) -> list[ConfigIssue]:
@@ -216,8 +212,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     pack_length_fits_one_sequence,
     groups_can_have_spread,
     some_reward_enabled,
+    rows_scored_without_their_verifiers,
     *DATA_RULES,
-    warmup_within_training,
     loss_denominator_is_token_or_positive,
     kl_penalty_needs_reference,
     engine_logprobs_exclude_mismatch_correction,

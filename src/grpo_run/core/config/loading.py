@@ -38,6 +38,9 @@ def load_config(path: str | os.PathLike[str], registry: ComponentRegistry, overr
     """
     source = os.fspath(path)
     data = read_toml(Path(path), source)
+    config_dir = Path(path).resolve().parent
+    if config_dir not in registry.import_dirs:  # a `module:Class` name may live next to the config
+        registry.import_dirs.append(config_dir)
     data = apply_overrides(data, overrides)
     try:
         return parse_config(data, registry, source)
@@ -50,14 +53,61 @@ def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: s
 
     ``source`` names the data in error messages (usually the file name).
     """
+    converter = make_converter(registry)
     try:
-        cfg = make_converter(registry).structure(data, RunConfig)
+        cfg = converter.structure(data, RunConfig)
     except (ClassValidationError, ValueError, TypeError) as exc:
-        raise ConfigError(source, issues_from_exception(exc)) from exc
+        found = issues_from_exception(exc)
+        raise ConfigError(source, found + _invariants_without(data, found, converter)) from exc
     issues = check_invariants(cfg)
     if issues:
         raise ConfigError(source, issues)
     return cfg
+
+
+_PATH_PART = re.compile(r'"((?:[^"\\]|\\.)*)"|([A-Za-z0-9_-]+)|\[(\d+)\]')
+
+
+def _invariants_without(data: Mapping[str, Any], found: Sequence[ConfigIssue], converter: Any) -> list[ConfigIssue]:
+    """The invariant issues of ``data`` with the keys of ``found`` taken out (they fall back to
+    their defaults), so that every error is reported at once. An invariant that names a removed
+    key is left out (its default says nothing about the user's value); ``[]`` when the rest
+    still does not structure."""
+    removed: list[str] = []
+    trimmed = copy.deepcopy(dict(data))
+    for _ in range(3):  # taking a key out may leave a required one missing: a few rounds
+        paths = [issue.path for issue in found]
+        if not paths or "" in paths or not all(_remove_key(trimmed, path) for path in paths):
+            return []
+        removed += paths
+        try:
+            cfg = converter.structure(trimmed, RunConfig)
+        except (ClassValidationError, ValueError, TypeError) as exc:
+            found = issues_from_exception(exc)
+            continue
+        return [issue for issue in check_invariants(cfg)
+                if not any(issue.path.startswith(p) or p.startswith(issue.path + ".") or p in issue.message
+                           for p in removed)]
+    return []
+
+
+def _remove_key(data: dict[str, Any], path: str) -> bool:
+    """Delete the value at a key path (``a.b[0].c``) from ``data``; False when it is not there."""
+    parts: list[str | int] = [m[1] or m[2] if m[3] is None else int(m[3]) for m in _PATH_PART.finditer(path)]
+    node: Any = data
+    for part in parts[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    last = parts[-1] if parts else None
+    if isinstance(node, dict) and last in node:
+        del node[last]
+        return True
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        del node[last]
+        return True
+    return False
 
 
 def read_toml(path: Path, source: str | None = None) -> dict[str, Any]:

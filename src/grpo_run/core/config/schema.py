@@ -307,6 +307,11 @@ class ScoringSection:
     max_worker_rss_mb: float = attrs.field(default=0.0, validator=non_negative)
     """Replace a scoring worker process whose resident memory is above this many MiB after a
     chunk of calls (a leaking verifier); 0 = never."""
+    row_verifiers: bool = True
+    """Score each row with the verifiers its ``verifier`` column names. False: that column is
+    plain data, and only the verifiers that score every row (``all_rows``: plain reward functions,
+    ``format``, ...) give rewards. ``grpo_run.train(reward_funcs=...)`` sets it to false when the
+    config enables no verifier of its own."""
 
 
 @attrs.frozen

@@ -91,12 +91,15 @@ def normalise_row(
     where: str,
     enabled: Collection[str] | None = None,
     scores_every_row: bool = False,
+    row_verifiers: bool = True,
 ) -> dict[str, Any]:
     """Check one row (already in the standard keys); errors start with ``where``.
 
     ``enabled``: the verifiers of the run; a row naming another one is an error that says which
     table to add (``None`` skips that check). ``scores_every_row``: some enabled verifier scores
     every row, so a row may name no verifier (and then needs no ground truth).
+    ``row_verifiers=False``: the run ignores the rows' ``verifier`` column (``scoring.row_verifiers``),
+    so it and ``ground_truth`` are plain data and not checked.
     """
     out = dict(row)
     if "messages" in out:
@@ -112,6 +115,8 @@ def normalise_row(
     else:
         raise DataError(f"{where}: a row needs 'messages' or 'prompt'")
     verifier = out.get("verifier")
+    if not row_verifiers:
+        return out
     if verifier is None:
         if not scores_every_row:
             raise DataError(f"{where}: names no verifier: set the source's verifier (or verifier_key to a column "

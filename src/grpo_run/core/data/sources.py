@@ -8,7 +8,8 @@ sources (:mod:`.mixer`). It needs no model, so ``grpo-run check`` runs it too. T
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,6 +25,8 @@ from grpo_run.core.plugins.families import TASK, TRANSFORM
 from grpo_run.core.plugins.registry import ComponentRegistry
 
 Row = Mapping[str, Any]
+RowCheck = Callable[[Row, str], dict[str, Any]]
+""":func:`normalise_row` with the run's verifier settings: (row, where) -> the checked row."""
 
 
 @attrs.frozen
@@ -50,16 +53,17 @@ class LoadedRows:
 
 def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
     """Load, map, transform, check and mix the rows of the configured sources."""
-    enabled = list(cfg.verifiers)
     every_row = any(isinstance(c, ShapingConfig) and c.all_rows for c in cfg.verifiers.values())
+    check: RowCheck = functools.partial(normalise_row, enabled=list(cfg.verifiers), scores_every_row=every_row,
+                                        row_verifiers=cfg.scoring.row_verifiers)
     if cfg.task is not None:
         task = registry.get(TASK, cfg.task.name)(cfg.task.config)
-        train = _task_rows(task.train_rows(), cfg.task.name, "train", enabled, every_row)
-        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", enabled, every_row)
+        train = _task_rows(task.train_rows(), cfg.task.name, "train", check)
+        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", check)
         summaries = [SourceSummary("task", cfg.task.name, len(train), 0, len(train))]
     else:
-        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, enabled, every_row)
-        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, enabled, every_row)
+        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, check)
+        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, check)
         summaries += eval_summaries
     if not train:
         raise DataError("no training rows: every data.train source is empty or filtered out by its transform")
@@ -69,24 +73,23 @@ def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
     return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings)
 
 
-def _task_rows(rows: Sequence[Row], name: str, split: str, enabled: list[str], every_row: bool) -> list[Row]:
+def _task_rows(rows: Sequence[Row], name: str, split: str, check: RowCheck) -> list[Row]:
     out = []
     for i, row in enumerate(rows):
         fields = {"dataset": name, **row}
         fields.setdefault("id", f"{name}-{split}-{i}")
-        out.append(normalise_row(fields, f"task {name!r} {split} row {i}", enabled, every_row))
+        out.append(check(fields, f"task {name!r} {split} row {i}"))
     return out
 
 
 def _mix(
-    key: str, sources: Sequence[DataSource], cfg: RunConfig, registry: ComponentRegistry,
-    enabled: list[str], every_row: bool,
+    key: str, sources: Sequence[DataSource], cfg: RunConfig, registry: ComponentRegistry, check: RowCheck,
 ) -> tuple[list[Row], list[SourceSummary]]:
     rows: list[Row] = []
     summaries = []
     for position, source in enumerate(sources):
         where = f"{key}[{position}]"
-        loaded = _source_rows(source, registry, enabled, every_row)
+        loaded = _source_rows(source, registry, check)
         read, kept = loaded
         count = target_count(len(kept), source.weight, source.rows)
         if count > 0 and not kept:
@@ -99,8 +102,7 @@ def _mix(
     return rows, summaries
 
 
-def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[str],
-                 every_row: bool) -> tuple[int, list[Row]]:
+def _source_rows(source: DataSource, registry: ComponentRegistry, check: RowCheck) -> tuple[int, list[Row]]:
     """(rows read, rows kept after the transform), each mapped and checked."""
     columns = ColumnMap(
         dataset=source.label, prompt_key=source.prompt_key, messages_key=source.messages_key,
@@ -118,7 +120,7 @@ def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[
             row = _transformed(transform, source.transform.name, row, item.where)  # type: ignore[union-attr]
             if row is None:
                 continue
-        kept.append(normalise_row(row, item.where, enabled, every_row))
+        kept.append(check(row, item.where))
     return len(raw), kept
 
 

@@ -174,6 +174,12 @@ class RunProgress:
             self.warning(warning)
 
 
+def time_limit_note(limit_s: float, steps: int, total: int, checkpoint: Path | None) -> str:
+    """The line that says a time limit, not ``train.total_steps``, ended a run."""
+    saved = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint (checkpoint.save_final = false)"
+    return f"time limit reached (train.max_runtime_s = {limit_s:g}) after {steps} of {total} steps; {saved}"
+
+
 def final_summary(run_dir: Path, steps: int, stop_reason: str, eval_accuracy: float | None,
                   checkpoint: Path | None) -> list[str]:
     """The closing lines of a completed run: what happened, where it is, what to run next."""

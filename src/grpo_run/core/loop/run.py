@@ -28,9 +28,12 @@ from typing import Any
 import structlog
 
 from grpo_run.core.config import dump_config_toml
+from grpo_run.core.config.advice import config_warnings
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
+from grpo_run.core.learner.cpu_bf16 import cpu_flags, slow_bf16_warning
 from grpo_run.core.learner.lora import merged_model_writer
+from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.build import RunParts, build_run, loop_settings
 from grpo_run.core.placement.learner_group import InProcessLearner
 from grpo_run.core.loop.checkpoint import (
@@ -53,8 +56,8 @@ from grpo_run.core.loop.observers import (
     close_all,
 )
 from grpo_run.core.loop.pipeline import PipelineMonitor
-from grpo_run.core.loop.progress import RunProgress, final_summary
-from grpo_run.core.loop.rundir import prepare_run_dir
+from grpo_run.core.loop.progress import RunProgress, final_summary, time_limit_note
+from grpo_run.core.loop.rundir import forget_unstarted_run, prepare_run_dir
 from grpo_run.core.loop.scheduler import TrainingLoop
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
 from grpo_run.core.loop.traces import RolloutTraces
@@ -81,9 +84,12 @@ class _LastMetrics:
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.trained = False
+        """Whether a learner step finished (step 0 is the evaluation before training)."""
 
     def on_step(self, event: StepEvent) -> None:
         self.values.update(event.metrics)
+        self.trained = self.trained or event.step > 0
 
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         pass
@@ -125,6 +131,9 @@ def train(
                            group_size=cfg.rollout.num_samples_per_prompt_rollout,
                            max_runtime_s=cfg.train.max_runtime_s)
     progress.message(f"grpo-run: run directory {run_dir}")
+    for text in _start_warnings(cfg):
+        progress.warning(text)
+        log.warning("config_advice", message=text)
     for text in damaged:
         progress.warning(text)
         log.warning("damaged_checkpoint_skipped", detail=text)
@@ -192,6 +201,9 @@ def train(
             status = "completed"
             saved = checkpointer.last_saved
             last_saved = checkpoints_dir(cfg, run_dir) / f"step_{saved}" if saved >= 0 else None
+            if state.stop_reason.startswith("train.max_runtime_s") and state.version < cfg.train.total_steps:
+                progress.warning(time_limit_note(cfg.train.max_runtime_s, state.version, cfg.train.total_steps,
+                                                 last_saved))
             progress.summarize(final_summary(run_dir, state.version, state.stop_reason,
                                              last.values.get("eval/accuracy"), last_saved))
             return last.values
@@ -225,6 +237,22 @@ def train(
             library_output.stop()
             structlog.reset_defaults()
             log_file.close()
+            if status == "failed" and checkpoint is None and not last.trained:
+                forget_unstarted_run(run_dir)  # nothing learnt: a retry must not need --overwrite
+
+
+def _start_warnings(cfg: RunConfig) -> list[str]:
+    """The config's warnings (:func:`config_warnings`) and a slow-bf16 CPU's."""
+    out = config_warnings(cfg)
+    if cfg.model.autocast != "none":
+        try:
+            device = resolve_device(cfg.model.device)
+        except UserError:  # reported where the model is built
+            device = cfg.model.device
+        bf16 = slow_bf16_warning(cfg.model.autocast, device, cpu_flags())
+        if bf16 is not None:
+            out.append(bf16)
+    return out
 
 
 def _resume_point(

@@ -4,6 +4,8 @@ and cut ``metrics.jsonl`` back to the step a resumed run continues from.
 * A directory that already holds a run (its ``config.toml``, ``metrics.jsonl`` or checkpoints)
   is refused unless the run resumes (``--resume``) or starts over (``--overwrite``, which removes
   what an earlier run wrote there -- only the files grpo-run writes).
+* A new run that fails before its first step (a data error, a model that does not load) leaves
+  only its ``log.jsonl`` (:func:`forget_unstarted_run`), so running it again needs no ``--overwrite``.
 * ``.step_<n>.*`` directories in the checkpoints directory are checkpoints whose writing was
   interrupted (each may hold a full copy of the weights): removed on every start.
 * Resuming at step ``k``: lines of ``metrics.jsonl`` after step ``k`` (and a line cut short by a
@@ -74,6 +76,13 @@ def prepare_run_dir(run_dir: Path, checkpoints: Path, *, resume_step: int | None
             notes.append(f"{METRICS_FILE}: moved {cut} line(s) after step {resume_step} to {DISCARDED_METRICS}")
     run_dir.mkdir(parents=True, exist_ok=True)
     return notes
+
+
+def forget_unstarted_run(run_dir: Path) -> None:
+    """Remove what marks ``run_dir`` as holding a run (its config and metrics), after a new run
+    failed before a step finished; ``log.jsonl`` stays, with the failure in it."""
+    for name in ("config.toml", METRICS_FILE):
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def remove_stale_temp_dirs(checkpoints: Path) -> list[str]:

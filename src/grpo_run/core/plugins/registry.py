@@ -3,7 +3,9 @@
 A component may also be named by import path, ``"my_pkg.losses:MyLoss"``: the registry imports
 the module, takes the attribute and checks it against the same contract as a registered class.
 No registration is needed, so a loss in a project's own module (or in a package without a
-``grpo_run`` entry point) is used exactly like a built-in one.
+``grpo_run`` entry point) is used exactly like a built-in one. A module that is not installed is
+also looked for in :attr:`ComponentRegistry.import_dirs` (the config file's directory) and the
+working directory (:mod:`.import_paths`).
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
 
 from grpo_run.core.errors import PluginError, UnknownComponentError
 from grpo_run.core.plugins.families import FAMILIES, Family, family
+from grpo_run.core.plugins.import_paths import import_module_near
 
 T = TypeVar("T")
 FamilyRef = Family[T] | str
@@ -47,6 +51,9 @@ class ComponentRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, ComponentEntry]] = {f.key: {} for f in FAMILIES}
         self._imported: dict[tuple[str, str], ComponentEntry] = {}
+        self.import_dirs: list[Path] = []
+        """Where a ``module:Class`` name's module is looked for when it is not installed (the
+        working directory is searched after these)."""
 
     def add(self, family_: FamilyRef[T], cls: type[T], distribution: str, version: str) -> None:
         """Add ``cls`` to a family; a second component of the same name is a :class:`PluginError`."""
@@ -74,7 +81,7 @@ class ComponentRegistry:
         if is_import_path(name) and name not in entries:
             key = (fam.key, name)
             if key not in self._imported:
-                self._imported[key] = import_component(fam, name)
+                self._imported[key] = import_component(fam, name, [*self.import_dirs, Path.cwd()])
             return self._imported[key]
         try:
             return entries[name]
@@ -173,12 +180,13 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
-def import_component(family_: FamilyRef[T], path: str) -> ComponentEntry[T]:
+def import_component(family_: FamilyRef[T], path: str, search_dirs: Sequence[Path] = ()) -> ComponentEntry[T]:
     """Import ``module:attr`` and check it is a valid ``family`` component class.
 
     Every failure is an :class:`UnknownComponentError` saying what is wrong: a malformed path, a
     module that cannot be found or fails to import, a missing attribute, or an object that is not
-    a component class (no ``name``/``Config``).
+    a component class (no ``name``/``Config``). A module that is not installed is looked for in
+    ``search_dirs`` too.
     """
     fam = family(family_)
     kind = fam.key
@@ -188,11 +196,13 @@ def import_component(family_: FamilyRef[T], path: str) -> ComponentEntry[T]:
             f"{kind} {path!r}: an import path must look like 'package.module:ClassName'"
         )
     try:
-        module = importlib.import_module(module_name)
+        module = import_module_near(module_name, search_dirs)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            looked = ", ".join(str(d) for d in dict.fromkeys(search_dirs))
             raise UnknownComponentError(
-                f"{kind} {path!r}: no module named {exc.name!r} (is the package installed in this environment?)"
+                f"{kind} {path!r}: no module named {exc.name!r} (is the package installed in this environment?"
+                + (f" not in {looked} either)" if looked else ")")
             ) from None
         raise UnknownComponentError(f"{kind} {path!r}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:  # the module's own code failed: say so, with the original error

@@ -112,8 +112,8 @@ class ShapingVerifierConfig(VerifierConfig):
     """The row's total reward when this gate fails (not scaled by ``scoring.verification_reward``);
     when several gates fail the lowest of their ``gate_fail_reward`` applies."""
     all_rows: bool = True
-    """Score every row, whatever its ``verifier`` column names (the verifier needs no ground
-    truth; it gets ``None``). False: only rows that name it."""
+    """Score every row, whatever its ``verifier`` column names (the verifier gets the row's
+    ``ground_truth`` as it is, ``None`` when it has none). False: only rows that name it."""
 
 
 FINISH_REASON_KEY = "finish_reason"

@@ -16,13 +16,16 @@ def plan_row(
     enabled: Collection[str],
     all_rows: Sequence[str],
     errors: list[str],
+    row_verifiers: bool = True,
 ) -> list[tuple[str, Any]]:
     """(verifier, ground truth) pairs for ``row``: the ``enabled`` verifiers it names (its
-    ``verifier``, else ``default_verifier``), then the ``all_rows`` verifiers it did not name;
-    problems with the row go to ``errors``."""
-    names = row.get("verifier", default_verifier)
+    ``verifier``, else ``default_verifier``), then the ``all_rows`` verifiers it did not name,
+    which get the row's ``ground_truth`` as it is (``None`` when it has none); problems with the
+    row go to ``errors``. ``row_verifiers=False``: the row's ``verifier`` is not read, only the
+    ``all_rows`` verifiers score it."""
+    names = row.get("verifier", default_verifier) if row_verifiers else None
     gold = row.get("ground_truth")
-    if names is None and all_rows:
+    if names is None and (all_rows or not row_verifiers):
         pairs: list[tuple[str, Any]] = []
     elif isinstance(names, str):
         pairs = [(names, gold)]
@@ -42,7 +45,7 @@ def plan_row(
         if name not in enabled:
             errors.append(f"verifier {name!r} is not enabled; enabled: {', '.join(enabled)}")
     named = {name for name, _ in pairs}
-    return [(n, g) for n, g in pairs if n in enabled] + [(n, None) for n in all_rows if n not in named]
+    return [(n, g) for n, g in pairs if n in enabled] + [(n, gold) for n in all_rows if n not in named]
 
 
 def group_units(

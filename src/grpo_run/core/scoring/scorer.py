@@ -104,6 +104,7 @@ class RewardScorer:
         max_calls_per_worker: int = 0,
         max_worker_rss_mb: float = 0.0,
         sync_pool: Callable[..., SyncVerifiers] | None = None,
+        row_verifiers: bool = True,
     ) -> None:
         if not verifiers:
             raise ValueError("RewardScorer needs at least one enabled verifier")
@@ -132,6 +133,7 @@ class RewardScorer:
         self.num_workers = self._sync.num_workers
         self.timeout_s = timeout_s
         self.default_verifier = default_verifier
+        self.row_verifiers = row_verifiers
         self.max_logged_errors = max_logged_errors
         self.verification_reward = float(verification_reward)
         self._score_tops = {name: policy.score_range[1] for name, policy in self._policies.items()}
@@ -168,6 +170,7 @@ class RewardScorer:
             "max_consecutive_timeouts": scoring.max_consecutive_timeouts,
             "max_calls_per_worker": scoring.max_calls_per_worker,
             "max_worker_rss_mb": scoring.max_worker_rss_mb,
+            "row_verifiers": scoring.row_verifiers,
         }
         kwargs.update(overrides)
         return cls(verifiers, default_verifier=default_verifier, **kwargs)
@@ -189,7 +192,7 @@ class RewardScorer:
 
     def row_max_score(self, row: Mapping[str, Any]) -> float:
         """The most ``row`` can score if all its verifiers apply (the ``max_reward`` it would get)."""
-        names = [name for name, _ in plan_row(row, self.default_verifier, self._specs, self._all_rows, [])]
+        names = [name for name, _ in plan_row(row, self.default_verifier, self._specs, self._all_rows, [], self.row_verifiers)]
         return self.verification_reward * sum(self._policies[n].max_contribution for n in names)
 
     @property
@@ -244,7 +247,8 @@ class RewardScorer:
                 extra[FINISH_REASON_KEY] = finish_reasons[i]
             if num_tokens is not None:
                 extra[NUM_TOKENS_KEY] = num_tokens[i]
-            for name, gold in plan_row(row, self.default_verifier, self._specs, self._all_rows, row_errors[i]):
+            for name, gold in plan_row(row, self.default_verifier, self._specs, self._all_rows, row_errors[i],
+                                       self.row_verifiers):
                 planned.append(_Planned(i, name))
                 calls.append(VerifierCall(name, completion, gold, {**row, **extra}))
             if row_errors[i]:

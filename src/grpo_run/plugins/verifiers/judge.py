@@ -102,7 +102,7 @@ class _LoopBound:
 
 
 class JudgeVerifier:
-    """Scores a completion in ``[0, 1]`` by asking an LLM judge (see the module docstring).
+    """Scores a completion in ``[0, 1]`` by asking an LLM judge (the guide: [The judge verifier](judge.md)).
 
     One instance serves a whole run. Its HTTP client is created on first use, bound to the running
     event loop, and recreated when a later call runs on another loop; the cache and the rate

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run import VerifierConfig
+from grpo_run import ShapingVerifierConfig
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("prompt", "completion", "ground_truth")
 """Placeholders a ``prompt_template`` may use."""
@@ -113,8 +113,9 @@ _optional_str = attrs.validators.optional(attrs.validators.instance_of(str))
 
 
 @attrs.frozen
-class JudgeConfig(VerifierConfig):
-    """Options of the ``judge`` verifier (``weight`` comes from :class:`grpo_run.VerifierConfig`)."""
+class JudgeConfig(ShapingVerifierConfig):
+    """Options of the ``judge`` verifier (``weight``, ``mode`` and ``gate_fail_reward`` come from
+    :class:`grpo_run.ShapingVerifierConfig`; see docs/judge.md)."""
 
     base_url: str = attrs.field(kw_only=True, validator=_check_base_url)
     """Root of the OpenAI-compatible API; requests go to ``{base_url}/chat/completions``
@@ -161,6 +162,10 @@ class JudgeConfig(VerifierConfig):
     cache_size: int = attrs.field(default=4096, validator=_number(0, strict=False, integer=True))
     """Scores kept in the in-memory LRU cache, keyed by the full request body; 0 disables it
     (identical requests in flight are still shared)."""
+    all_rows: bool = False
+    """Judge every row, on top of the verifiers the row names (its reward is added to theirs,
+    times ``weight``; ``{ground_truth}`` is the row's). False: only rows whose ``verifier`` names
+    ``judge``."""
 
     def __attrs_post_init__(self) -> None:
         if self.score_regex is not None and self.score_json_key is not None:
