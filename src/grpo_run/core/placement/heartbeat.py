@@ -51,12 +51,13 @@ def _in_library(frame: Any) -> bool:
 
 
 class RankHeartbeat:
-    """The beating thread of one rank (started once the rank has joined the process group)."""
+    """The beating thread of one rank (started once the rank has joined the process group, by the
+    thread that runs the rank's calls: the one whose frames it reports)."""
 
     def __init__(self, init_method: str, rank: int, interval_s: float = BEAT_S) -> None:
         self.rank = rank
         self.interval_s = interval_s
-        self._main = threading.main_thread().ident
+        self._main = threading.get_ident()  # the thread that runs the rank's calls (built in one)
         self._store = _store(init_method, timeout_s=30.0)
         self._beats = 0
         self._stop = threading.Event()
