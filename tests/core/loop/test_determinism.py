@@ -27,7 +27,8 @@ def _metrics(run: Path) -> list[dict[str, float]]:
 
 def test_two_runs_with_one_thread_are_bit_identical(tmp_path, tiny_model_dir) -> None:
     cfg = write_run(
-        tmp_path, verifier=LENGTH_REWARD, train_rows=10, eval_rows=3, prompt=lambda i: f"{i}*3", gold=lambda i: str(3 * i),
+        tmp_path, verifier=LENGTH_REWARD, train_rows=10, eval_rows=3,
+        prompt=lambda i: f"{i}*3", gold=lambda i: str(3 * i),
         model={"name_or_path": str(tiny_model_dir)},
         rollout={"num_samples_per_prompt_rollout": 3, "response_length": 5},
         optim={"lr": 1e-3}, kl={"beta": 0.1},

@@ -169,7 +169,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout, seed=cfg.run.seed)
+    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout,
+                               seed=cfg.run.seed)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
