@@ -54,9 +54,11 @@ def run_grpo(
     when: Callable[[str], bool] = lambda output: False,
     signals: Sequence[tuple[int, float]] = (),
     limit_s: float = 240.0,
+    settle_s: float = 5.0,
 ) -> Finished:
     """Run ``grpo-run ARGS``; once ``when(output so far)`` holds, send each ``(signal, delay_s)``
-    (delays from that moment). Kills the session and fails if it runs past ``limit_s``."""
+    (delays from that moment). Kills the session and fails if it runs past ``limit_s``; processes
+    of its session still there ``settle_s`` after it ended are its leftovers."""
     env = subprocess_env()
     proc = subprocess.Popen([*GRPO_RUN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
@@ -81,7 +83,7 @@ def run_grpo(
         if proc.poll() is None:
             _kill_session(proc.pid)
             proc.wait()
-    leftovers = _wait_for_empty_session(proc.pid, 5.0)
+    leftovers = _wait_for_empty_session(proc.pid, settle_s)
     _kill_session(proc.pid)
     return Finished(proc.returncode, output.decode(errors="replace"),
                     ended - first_signal if first_signal else None, leftovers)

@@ -2,15 +2,16 @@
 checkpoint end with identical weights (fp32, CPU, same seeds).
 
 Exactness needs every source of randomness restored. The learner, sampler and global RNGs are
-in the checkpoint; the ``hf`` engine seeds each generate call from a call counter, which the
-checkpoint holds when the engine offers ``state_dict``/``load_state_dict`` (patched in here for
-the test where the engine does not have them yet). Without it the resumed run samples with other
-seeds: the test below shows what still holds then (same prompts, same optimizer state).
+in the checkpoint; the sampling seeds are a function of the batch (or evaluation) being sampled
+(``core/rollout/seeds.py``), so no engine state is needed for them, and a skipped evaluation
+cannot shift them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from support.verifiers import LENGTH_REWARD
 from grpo_run.core.loop.checkpoint import find_checkpoint, load_trainer_state
 from grpo_run.cli.main import main
 from grpo_run.core.errors import UserError
+from grpo_run.core.placement.learner_group import InProcessLearner
 from grpo_run.plugins.engines.hf import HFEngine
 
 
@@ -73,8 +75,8 @@ def test_resumed_run_ends_with_identical_weights(tmp_path: Path, tiny_model_dir:
     assert sorted(resumed_metrics) == [3, 4] and full_metrics[3]["reward/std"] > 0
     assert all(resumed_metrics[step] == full_metrics[step] for step in (3, 4))
 
-    # Without the engine's state its seed counter restarts: other completions, but the same
-    # prompts (the sampler ends in the same state), steps and LR schedule.
+    # Without the engine's state (its counter of unseeded calls): the same prompts (the sampler
+    # ends in the same state), steps and LR schedule.
     monkeypatch.undo()
     other = tmp_path / "other"
     assert main([str(cfg), "--output-dir", str(other), "--resume", str(full / "checkpoints" / "step_2")]) == 0
@@ -118,3 +120,38 @@ def test_with_async_steps_2_the_batches_in_flight_are_recorded_and_reported_on_r
             "(rollout.async_steps = 2; the resumed run is not bit-identical to an uninterrupted one)") in capsys.readouterr().err
     events = [json.loads(line) for line in (resumed / "log.jsonl").read_text().splitlines()]
     assert [e["batches"] for e in events if e["event"] == "batches_regenerated"] == [[3]]
+
+
+def test_sigterm_during_a_learner_step_that_an_evaluation_follows_resumes_exactly(tmp_path, tiny_model_dir, monkeypatch) -> None:
+    # SIGTERM arrives while step 2 trains: the step finishes, its evaluation is skipped, and the
+    # run saves step_2. The uninterrupted run evaluated after step 2 (greedy and sampled) before
+    # generating batch 3; sampling seeds must not depend on that skipped call.
+    cfg = write_run(
+        tmp_path, verifier=LENGTH_REWARD, train_rows=10, eval_rows=3, prompt=lambda i: f"{i}*3", gold=lambda i: str(3 * i),
+        model={"name_or_path": str(tiny_model_dir)},
+        rollout={"num_samples_per_prompt_rollout": 3, "response_length": 5},
+        optim={"lr": 1e-3},
+        train={"total_steps": 4, "local_eval_every": 1},
+        eval={"num_samples": 2},
+    )
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main([str(cfg), "--output-dir", str(straight)]) == 0
+
+    original = InProcessLearner.train_step
+
+    def train_step(self, seqs):
+        if self.steps == 1:  # step 2 is being trained
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, seqs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(InProcessLearner, "train_step", train_step)
+        assert main([str(cfg), "--output-dir", str(stopped)]) == 143
+    assert "eval/accuracy" not in metrics_by_step(stopped)[2]  # the evaluation after step 2 was skipped
+    assert main([str(cfg), "--output-dir", str(stopped), "--resume", str(stopped / "checkpoints" / "step_2")]) == 0
+
+    a = load_file(straight / "checkpoints" / "step_4" / "model.safetensors")
+    b = load_file(stopped / "checkpoints" / "step_4" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    full, resumed = metrics_by_step(straight), metrics_by_step(stopped)
+    assert all(resumed[step] == full[step] for step in (3, 4))  # rewards, eval/pass@k included

@@ -97,6 +97,7 @@ def test_a_killed_actor_ends_the_run_naming_it_and_keeps_the_checkpoint(tmp_path
     assert proc.returncode == 1, err[-3000:]
     assert any(re.search(message.format(pid=pid), line) for line in err.splitlines()), err[-3000:]
     assert "Traceback" not in err.split("error:")[-1]
+    assert "Task exception was never retrieved" not in err and "Traceback" not in err, err[-3000:]
     # Every checkpoint on disk is complete and resumable (written atomically before the kill).
     newest = find_checkpoint(run)
     assert int(load_trainer_state(newest)["step"]) >= 2 and (newest / "model.safetensors").is_file()

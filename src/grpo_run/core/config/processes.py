@@ -44,6 +44,10 @@ class LearnerSection:
     by ``num_learners`` (local), or the actor's CPUs (Ray)."""
     collective_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
     """A collective (all-reduce, gather) waiting longer than this fails instead of hanging."""
+    hang_timeout_s: float = attrs.field(default=60.0, validator=v.gt(0.0))
+    """Several ranks: a rank that stops sending heartbeats (stopped, frozen), or that sits idle
+    outside torch while every other rank waits for it, stops the run after this long, naming it.
+    Ranks that compute (a long step) are left to ``collective_timeout_s``."""
 
     @strategy.validator
     def _one_rank_for_single(self, _attribute: attrs.Attribute, value: str) -> None:

@@ -169,13 +169,14 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout)
+    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout,
+                               seed=cfg.run.seed)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
     evaluator = Evaluator(
         engine, scorer, prompts.eval, r.response_length, r.stop_strings,
-        num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces,
+        num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces, seed=cfg.run.seed,
     ) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=learner.num_parameters)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import attrs
+
 from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.loop.trace_records import CompletionTrace
 from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
+from grpo_run.core.rollout.seeds import eval_seed
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 
@@ -46,6 +49,7 @@ class Evaluator:
         num_samples: int = 0,
         temperature: float = 1.0,
         traces: TraceWriter | None = None,
+        seed: int | None = None,
     ) -> None:
         self.engine = engine
         self.scorer = scorer
@@ -55,6 +59,8 @@ class Evaluator:
                                              temperature=temperature, stop_strings=tuple(stop_strings))
         self.num_samples = num_samples
         self.traces = traces
+        self.seed = seed
+        """The run's seed: the sampled evaluation after step ``k`` is seeded from it and ``k``."""
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
@@ -71,7 +77,10 @@ class Evaluator:
         }
         traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True)
         if self.num_samples:
-            groups = await self.engine.generate([list(r.token_ids) for r in rows], self.sampled_params)
+            params = self.sampled_params
+            if self.seed is not None:
+                params = attrs.evolve(params, seed=eval_seed(self.seed, step))
+            groups = await self.engine.generate([list(r.token_ids) for r in rows], params)
             flat_rows = [r for r, g in zip(rows, groups) for _ in g]
             sampled = await self._score(flat_rows, [c for g in groups for c in g])
             metrics.update(self._pass_at_k(groups, sampled))

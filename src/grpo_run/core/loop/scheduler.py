@@ -39,6 +39,15 @@ from grpo_run.core.runlog import get_logger
 _END = None  # queue sentinel
 
 
+def _seen(task: asyncio.Task) -> None:
+    """Mark a stage's or batch's exception as seen. The loop raises the first failure; when an
+    engine dies, the batches in flight and the other stage fail too, and asyncio would print each
+    of those, with its traceback, as "Task exception was never retrieved" after the run's one-line
+    stop."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _one_compute_thread() -> None:
     """Sequential steps (``async_steps = 1``): every ``asyncio.to_thread`` call of this event loop
     (generation, the learner step, weight loads) runs in one worker thread, in turn.
@@ -179,6 +188,8 @@ class TrainingLoop:
         self._batches = batches
         generator = asyncio.create_task(self._generate_stage(batches), name="generate")
         trainer = asyncio.create_task(self._train_stage(batches), name="train")
+        for stage in (generator, trainer):
+            stage.add_done_callback(_seen)
         try:
             # The learner decides when the run ends; a failing generator ends it too.
             pending = {generator, trainer}
@@ -222,6 +233,7 @@ class TrainingLoop:
             task = asyncio.create_task(self.parts.producer.produce(index), name=f"rollout-{index}")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+            task.add_done_callback(_seen)
             self.pipeline.batch_started(index, self.state.engine_version)
             task.add_done_callback(lambda _t, i=index: self.pipeline.batch_phase(i, "ready"))
             # Let the task draw its prompts (before its first await) now, so the snapshot taken

@@ -5,7 +5,8 @@ engine, generates them concurrently and returns the groups in prompt order; it s
 engine's groups as they come (every engine's own streaming when it has it). Weight updates go to
 every engine. The engines are any registered :class:`~grpo_run.GenerationEngine` built from
 ``(class, config, EngineContext)`` -- objects in this process or proxies of Ray actors
-(:mod:`grpo_run.core.placement.ray_actors`); each gets its own sampling seed.
+(:mod:`grpo_run.core.placement.ray_actors`); each gets its own sampling seed, and a seeded
+request gives each engine's share a seed of its own (:mod:`grpo_run.core.rollout.seeds`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import attrs
 from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.abilities import Stateful, StreamingEngine
 from grpo_run.core.plugins.types import Completion, EngineContext, SamplingParams
+from grpo_run.core.rollout.seeds import chunk_seed
 
 SEED_STRIDE = 1_000_003
 """Engine ``i`` samples with seed ``context.seed + i * SEED_STRIDE``: distinct streams, and engine 0
@@ -40,6 +42,12 @@ def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def _share(params: SamplingParams, start: int) -> SamplingParams:
+    """The params of the engine whose share of a request starts at prompt ``start``: its own seed,
+    a function of the request's seed and ``start`` (unseeded requests stay unseeded)."""
+    return params if params.seed is None else attrs.evolve(params, seed=chunk_seed(params.seed, start))
+
+
 class EnginePool:
     """Several engines that look like one (see the module docstring)."""
 
@@ -52,7 +60,8 @@ class EnginePool:
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         chunks = [(s, e) for s, e in split_evenly(len(prompts), len(self.engines)) if e > s]
-        results = await asyncio.gather(*(self.engines[i].generate(prompts[s:e], params) for i, (s, e) in enumerate(chunks)))
+        results = await asyncio.gather(*(self.engines[i].generate(prompts[s:e], _share(params, s))
+                                         for i, (s, e) in enumerate(chunks)))
         return [group for chunk in results for group in chunk]
 
     async def generate_stream(
@@ -61,7 +70,7 @@ class EnginePool:
         """Every engine's groups as they finish, with indices into ``prompts``."""
         queue: asyncio.Queue = asyncio.Queue()
         chunks = [(s, e) for s, e in split_evenly(len(prompts), len(self.engines)) if e > s]
-        tasks = [asyncio.create_task(self._feed(self.engines[i], prompts[s:e], s, params, queue))
+        tasks = [asyncio.create_task(self._feed(self.engines[i], prompts[s:e], s, _share(params, s), queue))
                  for i, (s, e) in enumerate(chunks)]
         try:
             for _ in range(len(prompts)):

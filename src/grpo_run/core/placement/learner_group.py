@@ -14,6 +14,7 @@ collective) are stopped, and no checkpoint is written after the failure.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.placement.flat import encode_sequences
+from grpo_run.core.placement.heartbeat import BEAT_S, HeartbeatMonitor
 from grpo_run.core.placement.processes import WorkerDied
 from grpo_run.core.rollout.packing import SequenceToPack
 from grpo_run.core.runlog import get_logger
@@ -121,8 +123,12 @@ class RankedLearnerGroup:
         *,
         share: Callable[[Any], Any] = lambda value: value,
         receive_weights: Callable[[Any], Mapping[str, Any]] = lambda value: value,
+        hang_timeout_s: float | None = None,
     ) -> None:
         self.workers = list(workers)
+        self.hang_timeout_s = hang_timeout_s
+        """With it, :meth:`start` watches the ranks' heartbeats (:mod:`.heartbeat`) during every later call."""
+        self._monitor: HeartbeatMonitor | None = None
         self._share = share
         self._receive_weights = receive_weights
         self.steps = 0
@@ -134,11 +140,15 @@ class RankedLearnerGroup:
     def start(self, init_method: str | None = None, *, timeout_s: float | None = None, hint: str = "") -> None:
         """Wait for every rank to join the process group (at ``init_method``, default each rank's
         setup) and build its learner; ranks not started within ``timeout_s`` fail the run (with
-        ``hint`` saying why that may be)."""
+        ``hint`` saying why that may be). Given ``hang_timeout_s`` and ``init_method``, the ranks'
+        heartbeats are watched from then on."""
         infos = self._call_all("start", init_method, step_label="start-up", timeout_s=timeout_s, hint=hint)
+        if self.hang_timeout_s is not None and init_method:
+            self._monitor = HeartbeatMonitor(init_method, len(self.workers), self.hang_timeout_s)
         self.num_parameters = int(infos[0]["parameters"])
         self.where = [(i["pid"], i["host"]) for i in infos]
-        get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host")} for i in infos])
+        get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host")} for i in infos],
+                          rendezvous=init_method)
 
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]:
         metrics = self._call_all("train_step", self._share(encode_sequences(seqs)), step_label=f"step {self.steps + 1}")[0]
@@ -179,7 +189,7 @@ class RankedLearnerGroup:
         if self._broken is not None:
             raise RunError(f"the learner group is unusable: {self._broken}")
         futures = [worker.submit(method, *args) for worker in self.workers]
-        _, waiting = wait(futures, timeout=timeout_s, return_when=FIRST_EXCEPTION)
+        waiting = self._wait(futures, method, step_label, timeout_s)
         if waiting and not any(f.done() and f.exception() is not None for f in futures):
             for worker in self.workers:
                 worker.kill()
@@ -195,6 +205,30 @@ class RankedLearnerGroup:
             worker, error = next(((w, e) for w, e in failed if isinstance(e, WorkerDied)), failed[0])
             self._fail(worker, method, step_label, error)
         return [future.result() for future in futures]
+
+    def _wait(self, futures: list[Future], method: str, step_label: str, timeout_s: float | None) -> set[Future]:
+        """Wait until every rank answered, one failed, or ``timeout_s`` passed (the futures still
+        waited for); a rank the heartbeats show hung ends the call at once."""
+        if self._monitor is None:
+            return wait(futures, timeout=timeout_s, return_when=FIRST_EXCEPTION).not_done
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._monitor.reset()
+        while True:
+            left = BEAT_S if deadline is None else min(BEAT_S, max(0.0, deadline - time.monotonic()))
+            _, waiting = wait(futures, timeout=left, return_when=FIRST_EXCEPTION)
+            if not waiting or any(f.done() and f.exception() is not None for f in futures):
+                return waiting
+            if deadline is not None and time.monotonic() >= deadline:
+                return waiting
+            verdict = self._monitor.check([i for i, f in enumerate(futures) if not f.done()])
+            if verdict is not None:
+                why, hung = verdict
+                for worker in self.workers:
+                    worker.kill()
+                names = ", ".join(self.workers[i].describe() for i in hung)
+                self._broken = f"{names} {why} during {method} ({step_label})"
+                get_logger().error("learner_rank_hung", ranks=hung, method=method, step=step_label, reason=why)
+                raise RunError(f"{self._broken}; the run stops (checkpoints written before are intact)")
 
     def _fail(self, worker: RankWorker, method: str, step_label: str, error: BaseException) -> None:
         """Stop every rank (the others may wait for this one in a collective) and raise."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 import datetime
+import ipaddress
 import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import attrs
 import numpy as np
@@ -28,6 +30,7 @@ from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies import make_strategy
 from grpo_run.core.placement.flat import FlatWeights, decode_sequences
+from grpo_run.core.placement.heartbeat import RankHeartbeat
 
 LEARNER_STATE_DIR = "learner_state"
 """Where in a checkpoint a strategy writes its own files (DeepSpeed's optimizer shards)."""
@@ -58,6 +61,7 @@ class LearnerRank:
         self.setup = setup
         self.ship_weights = ship_weights
         self.learner: Any = None
+        self.heartbeat: RankHeartbeat | None = None
 
     def start(self, init_method: str | None = None) -> dict[str, Any]:
         """Join the process group (at ``init_method``, default the setup's) and build the learner."""
@@ -73,10 +77,11 @@ class LearnerRank:
         backend = s.learner.dist_backend if s.learner.dist_backend != "auto" else ("nccl" if cuda else "gloo")
         # DeepSpeed reads the usual launcher variables.
         os.environ.update(RANK=str(s.rank), WORLD_SIZE=str(s.world_size), LOCAL_RANK=str(s.local_rank))
-        dist.init_process_group(
-            backend, init_method=init_method or s.init_method, rank=s.rank, world_size=s.world_size,
-            timeout=datetime.timedelta(seconds=s.learner.collective_timeout_s),
-        )
+        rendezvous = init_method or s.init_method
+        timeout = datetime.timedelta(seconds=s.learner.collective_timeout_s)
+        dist.init_process_group(backend, store=_rendezvous_store(rendezvous, s.rank, s.world_size, timeout),
+                                rank=s.rank, world_size=s.world_size, timeout=timeout)
+        self.heartbeat = RankHeartbeat(rendezvous, s.rank).start()
         spec = attrs.evolve(s.spec, model=attrs.evolve(s.spec.model, device=str(device)))
         strategy = make_strategy(s.learner, s.rank, s.world_size, device)
         self.learner = build_learner(spec, strategy=strategy)
@@ -121,7 +126,30 @@ class LearnerRank:
         self.learner.strategy.save_files(Path(directory) / LEARNER_STATE_DIR)
 
     def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.learner is not None:
             self.learner.strategy.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """The process group's store at ``tcp://host:port``, listening on ``host`` only.
+
+    torch's own ``init_method`` rendezvous listens on every interface whatever the host; rank 0
+    binds the socket itself instead and hands it to the store. On a loopback host (one machine:
+    the local backend, a Ray instance started by the run) gloo's connections stay on the
+    loopback interface too (``GLOO_SOCKET_IFNAME``, unless set already)."""
+    url = urlparse(init_method)
+    host, port = url.hostname or "127.0.0.1", int(url.port or 0)
+    if ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if rank != 0:
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(max(128, world_size * 4))
+    return dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=listener.detach())

@@ -51,11 +51,11 @@ def start_local_ranks(spec: LearnerSpec, learner: LearnerSection, seed: int) -> 
     for rank in range(world):
         setup = attrs.evolve(base, rank=rank, local_rank=rank)
         workers.append(ProcessWorker(f"learner rank {rank}", functools.partial(LearnerRank, setup), threads=threads))
-    group = RankedLearnerGroup(workers)
+    group = RankedLearnerGroup(workers, hang_timeout_s=learner.hang_timeout_s)
     try:
         for worker in workers:
             worker.start()
-        group.start()
+        group.start(base.init_method)
     except BaseException:
         for worker in workers:
             worker.kill()

@@ -36,9 +36,10 @@ class RayLearnerRank(LearnerRank):
     def where(self) -> dict[str, Any]:
         return where_am_i()
 
-    def rendezvous(self) -> str:
-        """``tcp://<this node's address>:<free port>`` for the process group (asked of rank 0)."""
-        host = ray.util.get_node_ip_address()
+    def rendezvous(self, loopback: bool = False) -> str:
+        """``tcp://<this node's address>:<free port>`` for the process group (asked of rank 0);
+        ``loopback``: every rank is on this machine, so 127.0.0.1."""
+        host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
         return f"tcp://{host}:{free_port(host)}"
 
 
@@ -99,7 +100,7 @@ def _settle(out: Future, done: Future, who: str) -> None:
     elif isinstance(error, RayActorError):
         out.set_exception(WorkerDied(f"{who} died: {error}"))
     elif isinstance(error, RayTaskError):
-        out.set_exception(error.as_instanceof_cause())
+        out.set_exception(remote_cause(error))
     else:
         out.set_exception(error)
 
@@ -153,7 +154,7 @@ class RemoteEngine:
         except RayActorError as exc:
             raise self._died(what) from exc
         except RayTaskError as exc:
-            raise exc.as_instanceof_cause() from None
+            raise remote_cause(exc) from None
 
     def _get(self, ref: Any, what: str) -> Any:
         """``ray.get`` for the synchronous calls (checkpoint state), with the same naming on death."""
@@ -162,7 +163,7 @@ class RemoteEngine:
         except RayActorError as exc:
             raise self._died(what) from exc
         except RayTaskError as exc:
-            raise exc.as_instanceof_cause() from None
+            raise remote_cause(exc) from None
 
     def _died(self, what: str) -> RunError:
         return RunError(
@@ -191,6 +192,16 @@ class StatefulRemoteEngine(RemoteEngine):
 def remote_engine(name: str, cls: type, actor: Any, where: Mapping[str, Any]) -> RemoteEngine:
     proxy = StatefulRemoteEngine if issubclass(cls, Stateful) else RemoteEngine
     return proxy(name, actor, where)
+
+
+def remote_cause(error: RayTaskError) -> BaseException:
+    """The exception an actor raised, as itself: its message stays one line (``as_instanceof_cause``
+    would put the whole remote traceback into it); the traceback goes into a note, for the log."""
+    cause = error.cause if isinstance(error.cause, BaseException) else None
+    if cause is None:
+        return error.as_instanceof_cause()
+    cause.add_note(f"in {error.proctitle} (pid {error.pid} on {error.ip}):\n{error.traceback_str}")
+    return cause
 
 
 def where_am_i() -> dict[str, Any]:

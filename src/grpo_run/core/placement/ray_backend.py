@@ -12,11 +12,14 @@ group (learners first, then engines, one bundle each). Actors that do not start 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -31,6 +34,7 @@ from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts
 from grpo_run.core.placement.learner_group import RankedLearnerGroup
 from grpo_run.core.placement.learner_rank import RankSetup
+from grpo_run.core.placement.ray_watcher import start_watcher, stop_watcher
 from grpo_run.core.placement.ray_actors import (
     EngineActor,
     RayLearnerRank,
@@ -43,10 +47,14 @@ from grpo_run.core.runlog import get_logger
 
 
 class RayPlacement:
-    def __init__(self, cfg: RunConfig, started_here: bool) -> None:
+    def __init__(self, cfg: RunConfig, started_here: bool, watcher: Any = None) -> None:
         self.cfg = cfg
         self.settings = cfg.distributed
         self.started_here = started_here
+        self.watcher = watcher
+        self.local = watcher is not None
+        """A single-machine instance started by this run: rendezvous on the loopback interface."""
+        """The :mod:`.ray_watcher` of a local instance started here: Ray goes when this process goes."""
         self.group: Any = None
         self._bundles: dict[str, int] = {}
 
@@ -54,16 +62,18 @@ class RayPlacement:
     def connect(cls, cfg: RunConfig) -> RayPlacement:
         """Join ``RAY_ADDRESS``'s cluster or start a local instance; reserve the placement group."""
         started = False
+        address = os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
-            address = os.environ.get("RAY_ADDRESS")
-            if address:
-                ray.init(address=address, logging_level=logging.WARNING)
-            else:
-                need = sum(r.num_cpus * n for r, n in _actors(cfg))
-                ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need)), include_dashboard=False,
-                         logging_level=logging.WARNING)
+            with _keep_signal_handlers():
+                if address:
+                    ray.init(address=address, logging_level=logging.WARNING)
+                else:
+                    need = sum(r.num_cpus * n for r, n in _actors(cfg))
+                    ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need)), include_dashboard=False,
+                             logging_level=logging.WARNING)
             started = True
-        placement = cls(cfg, started)
+        watcher = start_watcher(_node_pids()) if started and not address else None
+        placement = cls(cfg, started, watcher)
         try:
             if cfg.distributed.placement_strategy is not None:
                 placement._reserve()
@@ -132,9 +142,10 @@ class RayPlacement:
         ]
         wheres = self._running(actors, "learner")
         workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
-        group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights)
+        group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights,
+                                   hang_timeout_s=learner.hang_timeout_s)
         try:
-            group.start(ray.get(actors[0].rendezvous.remote()))
+            group.start(ray.get(actors[0].rendezvous.remote(self.local)))
         except BaseException:
             group.close()
             raise
@@ -168,6 +179,31 @@ class RayPlacement:
             self.group = None
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+        if self.watcher is not None:
+            stop_watcher(self.watcher)
+            self.watcher = None
+
+
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with one that exits at once (``sys.exit``, then a
+    native abort: exit 134, no checkpoint): put the run's own SIGINT/SIGTERM handlers back, so a
+    stop signal means the same under Ray as on the local backend."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _node_pids() -> list[int]:
+    """Pids of the processes ``ray.init`` started for the local node (GCS, raylet, ...)."""
+    node = getattr(ray._private.worker, "_global_node", None)  # noqa: SLF001 - no public way to ask
+    processes = getattr(node, "all_processes", {}) if node is not None else {}
+    return [info.process.pid for infos in processes.values() for info in infos if info.process is not None]
 
 
 def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:

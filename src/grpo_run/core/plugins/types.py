@@ -39,6 +39,9 @@ class SamplingParams:
     """Greedy decoding (evaluation); ``temperature``/``top_p`` are then ignored."""
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
+    """The call's sampling seed. The loop always sets it (from ``run.seed`` and the batch or
+    evaluation step); an engine derives what it draws from it and the prompt and sample index
+    alone, so the same request draws the same completions whatever came before."""
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.plugins.abilities import RefillingSampler, RewardFeedbackSampler, Stateful, StreamingEngine
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler
 from grpo_run.core.plugins.types import Completion, SamplingParams
+from grpo_run.core.rollout.seeds import train_seed
 from grpo_run.core.rollout.sequences import RolloutBatch, RolloutGroup
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.metrics import ScoringMetrics
@@ -49,6 +50,7 @@ class RolloutProducer:
         encoder: PromptEncoder,
         params: SamplingParams,
         num_prompts: int,
+        seed: int | None = None,
     ) -> None:
         self.sampler = sampler
         self.engine = engine
@@ -56,6 +58,9 @@ class RolloutProducer:
         self.encoder = encoder
         self.params = params
         self.num_prompts = num_prompts
+        self.seed = seed
+        """The run's seed: each round's sampling seed derives from it, the batch and the round
+        (:mod:`.seeds`); ``None`` leaves seeding to the engine."""
         self.refill = isinstance(sampler, RefillingSampler) and bool(sampler.wants_nonzero_std)
         self.log = get_logger()
         self.phase_listener: Callable[[int, str], None] | None = None
@@ -80,13 +85,13 @@ class RolloutProducer:
         start = time.perf_counter()
         stats = ScoringMetrics()
         clock = _BatchClock(index)
-        groups = await self._round(self.sampler.sample(self.num_prompts), stats, clock)
+        groups = await self._round(self.sampler.sample(self.num_prompts), stats, clock, 0)
         if self.refill:
             groups = [g for g in groups if g.has_spread]
             rounds = 0
             while len(groups) < self.num_prompts and rounds < MAX_REFILL_ROUNDS:
                 rounds += 1
-                more = await self._round(self.sampler.sample(self.num_prompts - len(groups)), stats, clock)
+                more = await self._round(self.sampler.sample(self.num_prompts - len(groups)), stats, clock, rounds)
                 groups.extend(g for g in more if g.has_spread)
             if len(groups) < self.num_prompts:
                 self.log.warning("active_sampling_short_batch", step=index, groups=len(groups), rounds=rounds)
@@ -97,7 +102,7 @@ class RolloutProducer:
             self.phase_listener(clock.index, phase)
 
     async def _round(
-        self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics, clock: _BatchClock
+        self, rows: Sequence[Mapping[str, Any]], stats: ScoringMetrics, clock: _BatchClock, round_: int
     ) -> list[RolloutGroup]:
         """Generate and score one group per row; groups come back in row order.
 
@@ -110,7 +115,10 @@ class RolloutProducer:
         prompt_ids = [self.encoder.encode(r) for r in rows]
         self._phase(clock, "generating")
         arrived: asyncio.Queue = asyncio.Queue()
-        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids))
+        params = self.params
+        if self.seed is not None:
+            params = attrs.evolve(params, seed=train_seed(self.seed, clock.index, round_))
+        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids, params))
         groups: dict[int, RolloutGroup] = {}
         generated: float | None = None
         try:
@@ -137,14 +145,14 @@ class RolloutProducer:
                 feeder.cancel()
                 await asyncio.gather(feeder, return_exceptions=True)
 
-    async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]]) -> None:
+    async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]], params: SamplingParams) -> None:
         """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``."""
         try:
             if isinstance(self.engine, StreamingEngine):
-                async for i, comps in self.engine.generate_stream(prompt_ids, self.params):
+                async for i, comps in self.engine.generate_stream(prompt_ids, params):
                     arrived.put_nowait((i, comps))
             else:
-                for i, comps in enumerate(await self.engine.generate(prompt_ids, self.params)):
+                for i, comps in enumerate(await self.engine.generate(prompt_ids, params)):
                     arrived.put_nowait((i, comps))
         finally:
             arrived.put_nowait(None)  # also after an error: the consumer stops and awaits us

@@ -77,7 +77,7 @@ class HFEngine:
         per_call = max(1, self.config.max_batch_size // params.n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
-            groups = await asyncio.to_thread(self.generate_sync, chunk, params)
+            groups = await asyncio.to_thread(self.generate_sync, chunk, params, start)
             for offset, group in enumerate(groups):
                 yield start + offset, group
 
@@ -101,21 +101,35 @@ class HFEngine:
             self.model.load_state_dict(state_dict, strict=True)
             self.version = version
 
-    def generate_sync(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        """Blocking generation; returns ``params.n`` completions per prompt."""
+    def generate_sync(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, first_prompt: int = 0
+    ) -> list[list[Completion]]:
+        """Blocking generation; returns ``params.n`` completions per prompt.
+
+        With ``params.seed`` (what the training loop and evaluation pass) each ``generate`` call
+        is seeded from it and the index of its first prompt and sample (``prompts`` start at
+        ``first_prompt`` of the request), so what is drawn depends on what is asked, not on how
+        many calls came before. Without it, a per-engine call counter (the engine's state) seeds
+        each call."""
         import torch
+
         out: list[list[Completion]] = [[] for _ in prompts]
         with self._lock, torch.inference_mode(), _intra_op_threads(self.num_threads):
             self._calls += 1
-            seed = params.seed if params.seed is not None else self._seed * 1_000_003 + self._calls
             generator_state = torch.random.get_rng_state()
-            torch.manual_seed(seed)
+            if params.seed is None:
+                torch.manual_seed(self._seed * 1_000_003 + self._calls)
+            taken = [0] * len(prompts)  # samples of each prompt drawn so far
             try:
                 for chunk in sample_chunks(len(prompts), params.n, self.config.max_batch_size):
+                    first, _ = chunk[0]
+                    if params.seed is not None:
+                        torch.manual_seed(_chunk_seed(params.seed, first_prompt + first, taken[first]))
                     unique = [list(prompts[i]) for i, _ in chunk]
                     comps = self._generate_chunk(unique, [k for _, k in chunk], params)
                     for i, k in chunk:
                         out[i].extend(comps[:k])
+                        taken[i] += k
                         comps = comps[k:]
             finally:
                 torch.random.set_rng_state(generator_state)
@@ -221,6 +235,15 @@ def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tu
     if current:
         chunks.append(current)
     return chunks
+
+
+def _chunk_seed(seed: int, prompt: int, sample: int) -> int:
+    """The torch seed of a ``generate`` call whose first sequence is sample ``sample`` of prompt
+    ``prompt`` of a request seeded ``seed``: a pure function of the three."""
+    import numpy as np
+
+    mixed = np.random.SeedSequence([seed % (1 << 64), prompt, sample]).generate_state(1, np.uint32)[0]
+    return int(mixed)
 
 
 def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:

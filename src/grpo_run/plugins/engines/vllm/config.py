@@ -50,7 +50,8 @@ class VLLMEngineConfig:
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=_optional(v.gt(0)))
     """Most tokens in one step (prefill chunking); default: vLLM's."""
     seed: int | None = None
-    """Base of the per-request sampling seeds; default: ``run.seed``."""
+    """Base of the per-request sampling seeds of calls that carry no seed; default: ``run.seed``.
+    Training and evaluation always pass one, derived from ``run.seed``."""
     inflight_updates: bool = False
     """Load new weights between decode steps without waiting for running requests (PipelineRL,
     Open Instruct). Completions then record the first and last policy version of their tokens.
