@@ -258,3 +258,27 @@ def test_the_plugins_command_lists_a_broken_plugin_instead_of_stopping(tmp_path,
     assert "exact-match" in out  # the healthy plugins are still listed
     assert main(["check", "whatever.toml"]) == 2
     assert "no libfoo.so" in capsys.readouterr().err
+
+
+def test_a_plugin_that_exits_at_import_is_a_plugin_error_not_a_silent_exit(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = _fake_distribution(tmp_path, "grpo-run-quitter", "quitter_plugin", "import sys\nsys.exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def grpo_run(*args):
+        return subprocess.run([sys.executable, "-m", "grpo_run.cli.main", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    checked = grpo_run("check", "x.toml")
+    assert checked.returncode == 2
+    assert checked.stderr.strip().splitlines() == [
+        "error: plugin 'mine' (quitter_plugin) from distribution 'grpo-run-quitter': cannot be imported: "
+        "SystemExit: it called sys.exit(3); to run without third-party plugins set GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD=1"
+    ]
+    listed = grpo_run("plugins")
+    assert listed.returncode == 0
+    out = " ".join(listed.stdout.split())
+    assert "grpo-run-quitter" in out and "sys.exit(3)" in out and "exact-match" in out
