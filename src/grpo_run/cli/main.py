@@ -156,11 +156,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, host.registry, args.overrides)
     _check_model(cfg, host, args.config)
     if args.command == "check":
-        from grpo_run.cli.data_check import check_data, print_data_summary
+        from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary
 
         rows = check_data(cfg, host.registry)
         print(f"{args.config}: ok")
-        print_data_summary(Console(highlight=False), rows)
+        print_data_summary(Console(highlight=False), rows, oversized_prompts(cfg, host, rows))
         return 0
     from grpo_run.core.loop.run import default_run_dir, train
     from grpo_run.core.loop.rundir import run_dir_of_resume_path

@@ -46,47 +46,57 @@ class LoadedRows:
     eval: list[Row]
     sources: list[SourceSummary] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
+    origins: dict[int, str] = attrs.Factory(dict)
+    """Where each row came from (``train.jsonl:3``), by ``id()`` of the row objects above."""
+
+    def where(self, row: Row) -> str:
+        """``file:line`` (or ``file row N``, ``task 'x' train row N``) of one of these rows."""
+        return self.origins.get(id(row), f"row {row.get('id')!r}")
 
 
 def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
     """Load, map, transform, check and mix the rows of the configured sources."""
     enabled = list(cfg.verifiers)
     every_row = any(isinstance(c, ShapingConfig) and c.all_rows for c in cfg.verifiers.values())
+    origins: dict[int, str] = {}
     if cfg.task is not None:
         task = registry.get(TASK, cfg.task.name)(cfg.task.config)
-        train = _task_rows(task.train_rows(), cfg.task.name, "train", enabled, every_row)
-        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", enabled, every_row)
+        train = _task_rows(task.train_rows(), cfg.task.name, "train", enabled, every_row, origins)
+        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", enabled, every_row, origins)
         summaries = [SourceSummary("task", cfg.task.name, len(train), 0, len(train))]
     else:
-        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, enabled, every_row)
-        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, enabled, every_row)
+        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, enabled, every_row, origins)
+        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, enabled, every_row, origins)
         summaries += eval_summaries
     if not train:
         raise DataError("no training rows: every data.train source is empty or filtered out by its transform")
     warnings = [f"{s.key} ({s.label}) has no rows" for s in summaries if s.key.startswith("data.eval") and s.used == 0]
     if cfg.data.eval and not evals and cfg.train.local_eval_every:
         warnings.append("no eval rows, so evaluation is off (train.local_eval_every is ignored)")
-    return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings)
+    return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings, origins=origins)
 
 
-def _task_rows(rows: Sequence[Row], name: str, split: str, enabled: list[str], every_row: bool) -> list[Row]:
+def _task_rows(rows: Sequence[Row], name: str, split: str, enabled: list[str], every_row: bool,
+               origins: dict[int, str]) -> list[Row]:
     out = []
     for i, row in enumerate(rows):
         fields = {"dataset": name, **row}
         fields.setdefault("id", f"{name}-{split}-{i}")
-        out.append(normalise_row(fields, f"task {name!r} {split} row {i}", enabled, every_row))
+        where = f"task {name!r} {split} row {i}"
+        out.append(normalise_row(fields, where, enabled, every_row))
+        origins[id(out[-1])] = where
     return out
 
 
 def _mix(
     key: str, sources: Sequence[DataSource], cfg: RunConfig, registry: ComponentRegistry,
-    enabled: list[str], every_row: bool,
+    enabled: list[str], every_row: bool, origins: dict[int, str],
 ) -> tuple[list[Row], list[SourceSummary]]:
     rows: list[Row] = []
     summaries = []
     for position, source in enumerate(sources):
         where = f"{key}[{position}]"
-        loaded = _source_rows(source, registry, enabled, every_row)
+        loaded = _source_rows(source, registry, enabled, every_row, origins)
         read, kept = loaded
         count = target_count(len(kept), source.weight, source.rows)
         if count > 0 and not kept:
@@ -100,7 +110,7 @@ def _mix(
 
 
 def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[str],
-                 every_row: bool) -> tuple[int, list[Row]]:
+                 every_row: bool, origins: dict[int, str]) -> tuple[int, list[Row]]:
     """(rows read, rows kept after the transform), each mapped and checked."""
     columns = ColumnMap(
         dataset=source.label, prompt_key=source.prompt_key, messages_key=source.messages_key,
@@ -119,6 +129,7 @@ def _source_rows(source: DataSource, registry: ComponentRegistry, enabled: list[
             if row is None:
                 continue
         kept.append(normalise_row(row, item.where, enabled, every_row))
+        origins[id(kept[-1])] = item.where
     return len(raw), kept
 
 
