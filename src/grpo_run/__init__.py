@@ -41,6 +41,7 @@ from grpo_run.core.plugins.contracts import (
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
 from grpo_run.core.plugins.registry import Registrar
+from grpo_run.core.secrets import looks_like_secret, mask_secrets
 from grpo_run.core.plugins.types import (
     FINISH_REASON_KEY,
     NUM_TOKENS_KEY,
@@ -113,6 +114,8 @@ __all__ = [
     "hookspec",
     "is_solved",
     "load_config",
+    "looks_like_secret",
+    "mask_secrets",
     "reaches",
     "score",
     "train",

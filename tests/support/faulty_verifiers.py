@@ -42,6 +42,17 @@ class Hang(_Base):
         return 0.0
 
 
+class HangRecording(Hang):
+    """:class:`Hang`, after appending the row's id to the file named by ``$HANG_CALLS_FILE``."""
+
+    name = "hang"
+
+    def score(self, completion: str, ground_truth: Any, row: Any) -> float:
+        with open(os.environ["HANG_CALLS_FILE"], "a") as fh:
+            fh.write(f"{row['id']}\n")
+        return super().score(completion, ground_truth, row)
+
+
 class Abort(_Base):
     """Kills its worker process the hard way (SIGABRT), like a crash in native code."""
 

@@ -9,7 +9,7 @@ background thread. The request's ``model`` picks the behaviour, with ``:``-separ
 * ``json`` -- like ``good`` but the reply text is ``{"score": N}``;
 * ``fail500:K`` / ``ratelimit:K:S`` -- the first K requests with a given user message get a 500 /
   a 429 with ``Retry-After: S``, later ones a ``good`` reply;
-* ``status:C`` -- always HTTP C with an error body;
+* ``status:C`` -- always HTTP C with an error body; ``echokey`` -- HTTP 401 quoting the key it was sent;
 * ``malformed`` (a 200 whose body is not JSON), ``nochoices`` (JSON without ``choices``),
   ``noscore`` (a completion whose text has no score), ``drop`` (closes the connection unanswered);
 * ``hang`` -- never answers (until the server stops); ``slow:S`` -- a ``good`` reply after S seconds.
@@ -159,6 +159,9 @@ def _handler_for(server: JudgeServer) -> type[BaseHTTPRequestHandler]:
                 self._send(429, b'{"error": {"message": "rate limited"}}', {"Retry-After": args[1]})
             elif kind == "status":
                 self._send(int(args[0]), b'{"error": {"message": "bad request: unknown parameter"}}')
+            elif kind == "echokey":  # as some APIs do: the key it was sent, quoted back
+                sent = self.headers.get("authorization", "").partition(" ")[2]
+                self._send(401, json.dumps({"error": {"message": f"Incorrect API key provided: {sent}"}}).encode())
             elif kind == "malformed":
                 self._send(200, b'{"choices": [{"message": ')
             elif kind == "nochoices":

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm": {"pack_length": 32, "filter_zero_std_samples": False},
     "train": {"total_steps": 2, "local_eval_every": 0},
     "scoring": {"num_workers": 0},
-    "logging": {"progress": False},
+    "logging": {"progress": False, "report_waits_s": 0},  # tests that read the output exactly stay exact on a loaded machine
 }
 
 

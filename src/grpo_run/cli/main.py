@@ -32,8 +32,10 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.loop.fserrors import FS_ERRNOS
 from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
+from grpo_run.core.secrets import mask_secrets
 from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.score import add_score_parser, run_score_command
@@ -99,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunInterrupted as exc:
         print_interrupted(err, exc, args)
         return exc.exit_code
+    except OSError as exc:  # a refused write nothing closer to it named (those name their file)
+        if exc.errno not in FS_ERRNOS:
+            raise
+        print_problem(err, "run stopped:", f"cannot write {exc.filename or 'a file'}: {exc.strerror}")
+        return 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
@@ -106,8 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def print_problem(console: Console, label: str, text: str) -> None:
     """``label`` in bold red, then ``text`` exactly as written (user text is never rich markup:
-    a hint such as "add a table such as [verifiers.math]" must keep its brackets)."""
-    console.print(Text.assemble((label, "bold red"), " ", text), soft_wrap=True)
+    a hint such as "add a table such as [verifiers.math]" must keep its brackets), secrets masked."""
+    console.print(Text.assemble((label, "bold red"), " ", mask_secrets(text)), soft_wrap=True)
 
 
 def print_interrupted(console: Console, exc: RunInterrupted, args: argparse.Namespace) -> None:
@@ -156,7 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, host.registry, args.overrides)
     _check_model(cfg, host, args.config)
     if args.command == "check":
-        from grpo_run.cli.data_check import check_data, print_data_summary
+        from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary
 
         from grpo_run.core.config.advice import config_warnings
 
@@ -164,7 +171,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"{args.config}: ok")
         for text in config_warnings(cfg):
             print_problem(Console(stderr=True, highlight=False), "warning:", text)
-        print_data_summary(Console(highlight=False), rows)
+        print_data_summary(Console(highlight=False), rows, oversized_prompts(cfg, host, rows))
         return 0
     from grpo_run.core.loop.run import default_run_dir, train
     from grpo_run.core.loop.rundir import run_dir_of_resume_path

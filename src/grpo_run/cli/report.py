@@ -12,6 +12,7 @@ from typing import Any
 
 from grpo_run.cli.plots import PANELS, render
 from grpo_run.cli.rundir import RunMetrics, latest_checkpoint, load_metrics, read_jsonl, trace_files
+from grpo_run.core.secrets import mask_secrets
 
 REPORT_DIR = "report"
 SAMPLES = 5
@@ -77,7 +78,7 @@ def _page(run_dir: Path, metrics: RunMetrics, figures: Sequence[tuple[str, str, 
     parts.append(_samples(run_dir))
     config = run_dir / "config.toml"
     if config.is_file():
-        parts.append(f"<h2>Config</h2><details><summary>config.toml</summary><pre>{e(config.read_text())}</pre></details>")
+        parts.append(f"<h2>Config</h2><details><summary>config.toml</summary><pre>{e(mask_secrets(config.read_text()))}</pre></details>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

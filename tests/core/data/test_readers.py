@@ -79,6 +79,8 @@ def test_a_csv_named_jsonl_says_csv_is_supported(tmp_path):
         ("a.json", '{"a": 1}', "{path}: expected a JSON array of rows, got dict"),
         ("a.json", '[{"a": 1}, 3]', "{path} row 1: a row must be a JSON object, got int"),
         ("a.csv", "a,b\n1,2,3\n", "{path}:2: 1 more values than the header has columns"),
+        ("a.csv", "q,answer,verifier\n1+1,2,math\n2+5\n", "{path}:3: the row has 1 of the header's 3 columns "
+                                                          "(no value for 'answer', 'verifier')"),
         ("a.csv", "", "{path}: empty CSV file (no header line)"),
         ("a.txt", "x", "{path}: unknown file type '.txt' (known: .csv, .json, .jsonl, .ndjson, .parquet); "
                        "set the source's format"),

@@ -276,3 +276,26 @@ def test_a_distribution_vanishing_mid_start_is_reported_not_a_crash(tmp_path, mo
     assert "error: plugin 'mine' (leaving_plugin) from distribution '<unknown>'" in err
     assert main(["plugins"]) == 0
     assert "leaving_plugin" in capsys.readouterr().out
+
+def test_a_plugin_that_exits_at_import_is_a_plugin_error_not_a_silent_exit(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = _fake_distribution(tmp_path, "grpo-run-quitter", "quitter_plugin", "import sys\nsys.exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def grpo_run(*args):
+        return subprocess.run([sys.executable, "-m", "grpo_run.cli.main", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    checked = grpo_run("check", "x.toml")
+    assert checked.returncode == 2
+    assert checked.stderr.strip().splitlines() == [
+        "error: plugin 'mine' (quitter_plugin) from distribution 'grpo-run-quitter': cannot be imported: "
+        "SystemExit: it called sys.exit(3); to run without third-party plugins set GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD=1"
+    ]
+    listed = grpo_run("plugins")
+    assert listed.returncode == 0
+    out = " ".join(listed.stdout.split())
+    assert "grpo-run-quitter" in out and "sys.exit(3)" in out and "exact-match" in out

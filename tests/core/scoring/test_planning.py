@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_run.core.scoring.planning import group_units, plan_row
+from grpo_run.core.scoring.planning import group_units, interleave_rows, plan_row
 from grpo_run.core.scoring.policy import VerifierPolicy
 from grpo_run.core.scoring.workers import VerifierCall
 
@@ -52,3 +52,12 @@ def test_batched_calls_share_units_capped_and_spread_over_workers() -> None:
     # Spread over 3 workers: 5 judge calls make batches of ceil(5 / 3) = 2.
     spread = group_units(calls, range(10), spread=3, policies=policies)
     assert [u for u in spread if calls[u[0]].verifier == "judge"] == [[1, 3], [5, 7], [9]]
+
+
+def test_calls_take_the_rows_in_turns_so_a_hung_verifier_times_out_on_different_rows_first() -> None:
+    rows = {name: {"id": name} for name in "abc"}
+    calls = [VerifierCall("v", str(i), None, rows[name]) for i, name in enumerate("aaabbc")]
+    order = interleave_rows(calls, range(len(calls)))
+    assert [calls[i].row["id"] for i in order] == list("abcaba")
+    assert order == [0, 3, 5, 1, 4, 2]  # each row's own calls keep their order
+    assert interleave_rows(calls, [1, 2, 4]) == [1, 4, 2]

@@ -56,6 +56,24 @@ def test_gpu_only_options_on_cpu_and_useless_inflight_updates_are_errors(plugin_
     }
 
 
+def test_a_temperature_vllm_refuses_is_a_config_error_before_anything_loads(tmp_path, capsys):
+    from grpo_run.cli.main import main
+    from grpo_run.core.config.dumping import dumps_toml
+
+    data = example()
+    data["rollout"]["temperature"] = 2.5
+    data["eval"] = {"num_samples": 2, "temperature": 3.0}
+    path = tmp_path / "hot.toml"
+    path.write_text(dumps_toml(data))
+    assert main(["check", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "rollout.temperature: must be <= 2 with the vllm engine (vLLM samples at temperatures in [0, 2]), got 2.5" in err
+    assert "eval.temperature: must be <= 2 with the vllm engine" in err and "got 3" in err
+    data["rollout"]["temperature"], data["eval"]["temperature"] = 2.0, 1.0
+    path.write_text(dumps_toml(data))
+    assert main(["check", str(path)]) == 0
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU machine 'auto' is a GPU")
 def test_auto_device_on_a_cpu_machine_is_named_as_such(plugin_host):
     found = issues(plugin_host, example(weight_transfer="nccl"))

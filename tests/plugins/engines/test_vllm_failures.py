@@ -43,6 +43,38 @@ def test_a_sync_to_a_hung_worker_times_out_and_stops_it(plugin_host, random_dir)
         engine.close()
 
 
+@pytest.mark.parametrize("during", ["weight sync", "generation"])
+def test_a_stopped_worker_is_given_up_in_seconds_not_at_the_timeouts(plugin_host, random_dir, during):
+    from grpo_run.plugins.engines.vllm.client import STOPPED_GRACE_S
+
+    engine = start_engine(plugin_host, random_dir)  # weight_sync_timeout_s = 600, response_timeout_s = 300
+    try:
+        if during == "weight sync":  # stopped between steps
+            signal_process(engine.client.pid, signal.SIGSTOP)
+            start = time.monotonic()
+            with pytest.raises(RunError, match=r"vllm engine: the worker process \(pid \d+\) has been stopped "
+                                               r"\(SIGSTOP, or a debugger holds it\) for \d+ s while loading the "
+                                               r"weights of step 4; it was killed"):
+                asyncio.run(engine.update_weights(_weights(random_dir), version=4))
+        else:
+            prompts = chat_prompts(engine.tokenizer, ["a", "b"])
+
+            async def generate_then_stop():
+                task = asyncio.create_task(engine.generate(prompts, LONG))
+                await asyncio.sleep(0.5)
+                signal_process(engine.client.pid, signal.SIGSTOP)
+                return await task
+
+            start = time.monotonic()
+            with pytest.raises(RunError, match=r"the worker process \(pid \d+\) has been stopped .* while "
+                                               r"generating with the weights of step 0; it was killed"):
+                asyncio.run(generate_then_stop())
+        assert STOPPED_GRACE_S <= time.monotonic() - start < STOPPED_GRACE_S + 20
+        assert engine.client.proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        engine.close()
+
+
 def test_a_worker_that_stops_answering_while_generating_is_stopped(plugin_host, random_dir):
     engine = start_engine(plugin_host, random_dir, response_timeout_s=3.0)
     try:

@@ -300,8 +300,9 @@ class ScoringSection:
     max_consecutive_timeouts: int = attrs.field(default=3, validator=non_negative)
     """Stop the run at once when a verifier's calls on this many different rows in a row timed
     out (several samples of one row count once; a call that returns ends the streak): a hung
-    verifier stops the run after about this many x ``timeout_s`` instead of ``error_min_calls`` x
-    ``timeout_s``. 0 disables the check."""
+    verifier stops the run after about this many x (``timeout_s`` + starting a new worker) instead
+    of ``error_min_calls`` x ``timeout_s`` (calls take the rows in turns, so the first timeouts
+    fall on different rows). 0 disables the check."""
     max_calls_per_worker: int = attrs.field(default=0, validator=non_negative)
     """Replace a scoring worker process after it served this many calls; 0 = never."""
     max_worker_rss_mb: float = attrs.field(default=0.0, validator=non_negative)
@@ -329,6 +330,10 @@ class LoggingSection:
     dashboard_port: int = attrs.field(default=0, validator=v.and_(v.ge(0), v.le(65535)))
     """Serve the live pipeline page on ``http://127.0.0.1:<port>/`` during training (the
     ``grpo-run`` command; localhost only); 0 = off."""
+    report_waits_s: float = attrs.field(default=30.0, validator=v.ge(0.0))
+    """When nothing in the loop has moved for this many seconds, print what it is waiting for
+    (the batches being generated, scored or trained on and for how long, a weight sync, an
+    evaluation), and again every this many seconds while it waits; 0 = never."""
 
 
 @attrs.frozen

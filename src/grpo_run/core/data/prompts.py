@@ -53,9 +53,19 @@ class PromptSet:
     """What the console should say about the data (an empty eval source, evaluation off)."""
 
 
+MAX_CHARS_PER_TOKEN = 32
+"""Far above any real prompt's average (English ~4 characters a token, code ~3): a prompt of more
+than ``max_prompt_tokens x MAX_CHARS_PER_TOKEN`` characters is judged on that much of its text."""
+
+
 class PromptEncoder:
     """Turns rows into prompt token ids: through the tokenizer's chat template (``messages`` rows,
-    and ``prompt`` rows as one user message when ``apply_chat_template``), or as plain text."""
+    and ``prompt`` rows as one user message when ``apply_chat_template``), or as plain text.
+
+    The work per row is bounded by ``max_prompt_tokens``: the tokenizer never sees more than
+    ``max_prompt_tokens x MAX_CHARS_PER_TOKEN`` characters of a prompt that will be left out (a
+    10 MB row tokenised in full took 4 GB), see :meth:`fitting`.
+    """
 
     def __init__(self, tokenizer: Any, max_prompt_tokens: int, apply_chat_template: bool = True) -> None:
         self.tokenizer = tokenizer
@@ -66,12 +76,29 @@ class PromptEncoder:
         """Token ids of the row's prompt (its own when it is a :class:`PromptRow`)."""
         if isinstance(row, PromptRow):
             return list(row.token_ids)
+        return self._ids(self._text(row))
+
+    def fitting(self, row: Mapping[str, Any]) -> list[int] | None:
+        """The row's prompt ids when they fit ``max_prompt_tokens``, else None, tokenising at most
+        ``max_prompt_tokens x MAX_CHARS_PER_TOKEN`` characters of a longer prompt: when that much
+        of it is already over the limit, so is the whole. (A prompt averaging more characters a
+        token than that is tokenised in full: the answer stays exact.)"""
+        text = self._text(row)
+        bound = self.max_prompt_tokens * MAX_CHARS_PER_TOKEN
+        if len(text) > bound and len(self._ids(text[:bound])) > self.max_prompt_tokens:
+            return None
+        ids = self._ids(text)
+        return ids if len(ids) <= self.max_prompt_tokens else None
+
+    def _text(self, row: Mapping[str, Any]) -> str:
+        """The prompt as the tokenizer reads it: the rendered chat, or the plain text."""
         messages = self.chat_of(row)
         if messages is None:
-            text = row["prompt"]
-        else:
-            self._check_template(row)
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return row["prompt"]
+        self._check_template(row)
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def chat_of(self, row: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
@@ -98,8 +125,8 @@ class PromptEncoder:
         """Every row that fits ``max_prompt_tokens`` as a :class:`PromptRow`, and how many did not fit."""
         kept = []
         for row in rows:
-            ids = self.encode(row)
-            if len(ids) <= self.max_prompt_tokens:
+            ids = self.fitting(row)
+            if ids is not None:
                 kept.append(PromptRow(row, ids))
         return kept, len(rows) - len(kept)
 

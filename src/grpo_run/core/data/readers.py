@@ -119,6 +119,10 @@ def read_csv(path: Path) -> list[RawRow]:
             extra = record.pop(None, None)  # type: ignore[call-overload]
             if extra:
                 raise DataError(f"{path}:{reader.line_num}: {len(extra)} more values than the header has columns")
+            missing = [name for name, value in record.items() if value is None]  # DictReader's fill for a short row
+            if missing:
+                raise DataError(f"{path}:{reader.line_num}: the row has {len(record) - len(missing)} of the "
+                                f"header's {len(record)} columns (no value for {', '.join(map(repr, missing))})")
             rows.append(RawRow(f"{path}:{reader.line_num}", record))
     except csv.Error as exc:
         raise DataError(f"{path}:{reader.line_num}: invalid CSV: {exc}") from None

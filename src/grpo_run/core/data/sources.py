@@ -49,6 +49,12 @@ class LoadedRows:
     eval: list[Row]
     sources: list[SourceSummary] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
+    origins: dict[int, str] = attrs.Factory(dict)
+    """Where each row came from (``train.jsonl:3``), by ``id()`` of the row objects above."""
+
+    def where(self, row: Row) -> str:
+        """``file:line`` (or ``file row N``, ``task 'x' train row N``) of one of these rows."""
+        return self.origins.get(id(row), f"row {row.get('id')!r}")
 
 
 def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
@@ -56,40 +62,45 @@ def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
     every_row = any(isinstance(c, ShapingConfig) and c.all_rows for c in cfg.verifiers.values())
     check: RowCheck = functools.partial(normalise_row, enabled=list(cfg.verifiers), scores_every_row=every_row,
                                         row_verifiers=cfg.scoring.row_verifiers)
+    origins: dict[int, str] = {}
     if cfg.task is not None:
         task = registry.get(TASK, cfg.task.name)(cfg.task.config)
-        train = _task_rows(task.train_rows(), cfg.task.name, "train", check)
-        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", check)
+        train = _task_rows(task.train_rows(), cfg.task.name, "train", check, origins)
+        evals = _task_rows(task.eval_rows(), cfg.task.name, "eval", check, origins)
         summaries = [SourceSummary("task", cfg.task.name, len(train), 0, len(train))]
     else:
-        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, check)
-        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, check)
+        train, summaries = _mix("data.train", cfg.data.train, cfg, registry, check, origins)
+        evals, eval_summaries = _mix("data.eval", cfg.data.eval, cfg, registry, check, origins)
         summaries += eval_summaries
     if not train:
         raise DataError("no training rows: every data.train source is empty or filtered out by its transform")
     warnings = [f"{s.key} ({s.label}) has no rows" for s in summaries if s.key.startswith("data.eval") and s.used == 0]
     if cfg.data.eval and not evals and cfg.train.local_eval_every:
         warnings.append("no eval rows, so evaluation is off (train.local_eval_every is ignored)")
-    return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings)
+    return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings, origins=origins)
 
 
-def _task_rows(rows: Sequence[Row], name: str, split: str, check: RowCheck) -> list[Row]:
+def _task_rows(rows: Sequence[Row], name: str, split: str, check: RowCheck,
+               origins: dict[int, str]) -> list[Row]:
     out = []
     for i, row in enumerate(rows):
         fields = {"dataset": name, **row}
         fields.setdefault("id", f"{name}-{split}-{i}")
-        out.append(check(fields, f"task {name!r} {split} row {i}"))
+        where = f"task {name!r} {split} row {i}"
+        out.append(check(fields, where))
+        origins[id(out[-1])] = where
     return out
 
 
 def _mix(
     key: str, sources: Sequence[DataSource], cfg: RunConfig, registry: ComponentRegistry, check: RowCheck,
+    origins: dict[int, str],
 ) -> tuple[list[Row], list[SourceSummary]]:
     rows: list[Row] = []
     summaries = []
     for position, source in enumerate(sources):
         where = f"{key}[{position}]"
-        loaded = _source_rows(source, registry, check)
+        loaded = _source_rows(source, registry, check, origins)
         read, kept = loaded
         count = target_count(len(kept), source.weight, source.rows)
         if count > 0 and not kept:
@@ -102,7 +113,8 @@ def _mix(
     return rows, summaries
 
 
-def _source_rows(source: DataSource, registry: ComponentRegistry, check: RowCheck) -> tuple[int, list[Row]]:
+def _source_rows(source: DataSource, registry: ComponentRegistry, check: RowCheck,
+                 origins: dict[int, str]) -> tuple[int, list[Row]]:
     """(rows read, rows kept after the transform), each mapped and checked."""
     columns = ColumnMap(
         dataset=source.label, prompt_key=source.prompt_key, messages_key=source.messages_key,
@@ -121,6 +133,7 @@ def _source_rows(source: DataSource, registry: ComponentRegistry, check: RowChec
             if row is None:
                 continue
         kept.append(check(row, item.where))
+        origins[id(kept[-1])] = item.where
     return len(raw), kept
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from grpo_run.core.loop.fserrors import writing
 from grpo_run.core.loop.progress import RunProgress
 from grpo_run.core.plugins.contracts import Tracker
 from grpo_run.core.plugins.host import PluginHost
@@ -50,20 +52,31 @@ class Observer(Protocol):
 
 
 class MetricsFile:
-    """``<run_dir>/metrics.jsonl``: one ``{"step": n, **metrics}`` object per step, flushed each
-    step so nothing is lost. Part of the run directory's format, always written."""
+    """``<run_dir>/metrics.jsonl``: one ``{"step": n, **metrics}`` object per step, written
+    unbuffered so nothing is lost. Part of the run directory's format, always written."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / METRICS_FILE
-        self._fh = self.path.open("a", encoding="utf-8")
+        with writing(self.path, "the metrics file"):
+            self._fh = self.path.open("ab", buffering=0)  # unbuffered: each line is on disk, or cut off
 
     def on_step(self, event: StepEvent) -> None:
         record: dict[str, Any] = {"step": event.step}
         for key, value in event.metrics.items():
             value = float(value)
             record[key] = value if math.isfinite(value) else None  # JSON has no NaN
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
+        line = memoryview((json.dumps(record) + "\n").encode("utf-8"))
+        end = os.fstat(self._fh.fileno()).st_size
+        try:
+            with writing(self.path, "the metrics file"):
+                while line:
+                    line = line[self._fh.write(line):]
+        except BaseException:
+            try:
+                os.truncate(self.path, end)  # a refused write leaves no half line
+            except OSError:
+                pass
+            raise
 
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         self._fh.close()

@@ -44,6 +44,8 @@ class PipelineListener(Protocol):
 
     def engine_synced(self, version: int) -> None: ...
 
+    def engine_syncing(self, version: int) -> None: ...
+
     def evaluating(self, running: bool) -> None: ...
 
 
@@ -63,6 +65,9 @@ class NoPipeline:
         pass
 
     def engine_synced(self, version: int) -> None:
+        pass
+
+    def engine_syncing(self, version: int) -> None:
         pass
 
     def evaluating(self, running: bool) -> None:
@@ -89,6 +94,11 @@ class PipelineMonitor:
         self.last_metrics: dict[str, float] = {}
         self.last_step_at: float | None = None
         self.evaluation_running = False
+        self.evaluation_since = self.started
+        self.syncing: tuple[int, float] | None = None
+        """(step, since) of a weight sync in progress."""
+        self.last_change = self.started
+        """When anything above last changed (what :mod:`.waiting` measures quiet from)."""
         self.write()
 
     # -- the loop's calls -------------------------------------------------------------------
@@ -120,11 +130,18 @@ class PipelineMonitor:
 
     def engine_synced(self, version: int) -> None:
         self.engine_version = version
+        self.syncing = None
+        self.write()
+
+    def engine_syncing(self, version: int) -> None:
+        """The engine starts loading the weights of step ``version``."""
+        self.syncing = (version, self.clock())
         self.write()
 
     def evaluating(self, running: bool) -> None:
         """An evaluation started or ended (the learner waits for it)."""
         self.evaluation_running = running
+        self.evaluation_since = self.clock()
         self.write()
 
     # -- observer ---------------------------------------------------------------------------
@@ -158,14 +175,23 @@ class PipelineMonitor:
             "status": self.status, "updated": now, "started": self.started,
             "step": self.learner_version, "total_steps": self.total_steps, "async_steps": self.async_steps,
             "engine_version": self.engine_version, "evaluating": self.evaluation_running,
+            "evaluating_s": round(now - self.evaluation_since, 3),
+            "syncing": self.syncing[0] if self.syncing else None,
+            "syncing_s": round(now - self.syncing[1], 3) if self.syncing else 0.0,
             "stages": stages, "batches": batches,
             "last_metrics": dict(self.last_metrics), "last_step_at": self.last_step_at,
         }
 
     def write(self) -> None:
+        """Rewrite ``pipeline.json``. It only feeds the live page: a file system that refuses it
+        (full, read-only) skips it, leaving no temporary file; the run's own writes report that."""
+        self.last_change = self.clock()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.snapshot()), encoding="utf-8")
-        os.replace(tmp, self.path)  # the page never reads half a file
+        try:
+            tmp.write_text(json.dumps(self.snapshot()), encoding="utf-8")
+            os.replace(tmp, self.path)  # the page never reads half a file
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
 
 def read_pipeline(run_dir: Path) -> Mapping[str, Any] | None:

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from grpo_run.core.secrets import mask_secrets
+
 SIGNAL_WINDOW = 10
 """Steps over which skipped steps are counted for the no-signal warning."""
 
@@ -129,12 +131,12 @@ class RunProgress:
             self._progress.start()
 
     def message(self, text: str) -> None:
-        """Print ``text`` as it is (never read as rich markup: ``[verifiers.math]`` stays)."""
-        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        """Print ``text`` as it is (never read as rich markup: ``[verifiers.math]`` stays), secrets masked."""
+        self.console.print(mask_secrets(text), markup=False, highlight=False, soft_wrap=True)
 
     def warning(self, text: str) -> None:
-        """``warning: <text>``, the label styled, the text literal."""
-        self.console.print(Text.assemble(("warning:", "yellow"), " ", text), soft_wrap=True)
+        """``warning: <text>``, the label styled, the text literal (secrets masked)."""
+        self.console.print(Text.assemble(("warning:", "yellow"), " ", mask_secrets(text)), soft_wrap=True)
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
         if "eval/accuracy" in metrics:

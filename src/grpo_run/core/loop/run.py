@@ -44,6 +44,7 @@ from grpo_run.core.loop.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.observers import (
     Checkpointer,
@@ -61,8 +62,10 @@ from grpo_run.core.loop.rundir import forget_unstarted_run, prepare_run_dir
 from grpo_run.core.loop.scheduler import TrainingLoop
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
 from grpo_run.core.loop.traces import RolloutTraces
+from grpo_run.core.loop.waiting import WaitReporter
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.runlog import LibraryOutput, configure_run_logging, get_logger
+from grpo_run.core.secrets import mask_secrets
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -122,8 +125,9 @@ def train(
     checkpoint, trainer_state, start_step = _resume_point(cfg, resume_from, damaged.append)
     notes = prepare_run_dir(run_dir, checkpoints_dir(cfg, run_dir),
                             resume_step=start_step if checkpoint is not None else None, overwrite=overwrite)
-    (run_dir / "config.toml").write_text(dump_config_toml(cfg), encoding="utf-8")
-    log_file = configure_run_logging(run_dir, cfg.logging.level)
+    write_text_atomically(run_dir / "config.toml", mask_secrets(dump_config_toml(cfg)), "the run's config")
+    with writing(run_dir / "log.jsonl", "the run log"):
+        log_file = configure_run_logging(run_dir, cfg.logging.level)
     library_output = LibraryOutput()  # libraries' warnings and log records: log.jsonl, not the console
     library_output.start()
     log = get_logger()
@@ -187,7 +191,8 @@ def train(
                     observers.insert(2, RolloutTraces(parts.traces))
                 loop = TrainingLoop(parts.loop_parts(), loop_settings(cfg), observers, start_step=start_step,
                                     pipeline=pipeline)
-                state = asyncio.run(_drive(loop, parts, signals))
+                waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s)
+                state = asyncio.run(_drive(loop, parts, signals, waits))
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
             if loop.interrupted is not None:
@@ -272,13 +277,15 @@ def _resume_point(
     return checkpoint, trainer_state, start_step
 
 
-async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals) -> Any:
-    """Run the loop (a stop signal reaches it on this event loop); async verifiers close on the
-    event loop they used."""
+async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter) -> Any:
+    """Run the loop (a stop signal reaches it on this event loop) and the report of what a quiet
+    loop waits for; async verifiers close on the event loop they used."""
     signals.looping(asyncio.get_running_loop(), loop.request_stop)
+    reporting = asyncio.create_task(waits.run(), name="wait-reporter")
     try:
         return await loop.run()
     finally:
+        reporting.cancel()
         signals.finishing()
         await parts.scorer.aclose()
 

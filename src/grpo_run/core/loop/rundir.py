@@ -20,8 +20,9 @@ import os
 import shutil
 from pathlib import Path
 
-from grpo_run.core.errors import UserError
+from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.loop.checkpoint import LATEST, STEP_DIR, TEMP_DIR, TRAINER_STATE
+from grpo_run.core.loop.fserrors import check_writable, writing
 from grpo_run.core.loop.observers import METRICS_FILE
 
 DISCARDED_METRICS = "metrics.discarded.jsonl"
@@ -54,8 +55,27 @@ def existing_run(run_dir: Path, checkpoints: Path) -> list[str]:
 def prepare_run_dir(run_dir: Path, checkpoints: Path, *, resume_step: int | None, overwrite: bool) -> list[str]:
     """Make ``run_dir`` ready for a run; returns notes worth showing (what was cleaned or cut).
 
-    ``resume_step``: the step a resumed run continues from (None: a new run).
+    ``resume_step``: the step a resumed run continues from (None: a new run). Both ``run_dir``
+    and ``checkpoints`` must take a file, or a one-line error says which does not (before any
+    model loads: a read-only ``checkpoint.dir`` is not found when the first checkpoint is due).
     """
+    created = [d for d in (run_dir, checkpoints) if not d.exists()]
+    try:
+        with writing(run_dir, "the run directory"):
+            notes = _prepare(run_dir, checkpoints, resume_step=resume_step, overwrite=overwrite)
+        check_writable(run_dir, "the run directory")
+        check_writable(checkpoints, "the checkpoints directory")
+    except (UserError, RunError):
+        for directory in reversed(created):  # a run that cannot start leaves no empty directories
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+        raise
+    return notes
+
+
+def _prepare(run_dir: Path, checkpoints: Path, *, resume_step: int | None, overwrite: bool) -> list[str]:
     notes: list[str] = []
     if resume_step is None:
         found = existing_run(run_dir, checkpoints)

@@ -314,6 +314,7 @@ class TrainingLoop:
         if state.snapshot is not None and state.engine_version < state.version:
             version, snapshot = state.version, state.snapshot
             start = time.perf_counter()
+            self.pipeline.engine_syncing(version)
             try:
                 await self.parts.engine.update_weights(snapshot, version)
             except RunError:

@@ -11,11 +11,11 @@ records past the cap are left out and counted in ``log.jsonl``. Trackers that ca
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.observers import StepEvent
 from grpo_run.core.loop.trace_records import CompletionTrace
 from grpo_run.core.plugins.abilities import LogsCompletions
@@ -64,7 +64,8 @@ class TraceWriter:
     def write(self, kind: str, step: int, traces: Sequence[CompletionTrace]) -> Path:
         """Write ``traces`` (up to the size cap) atomically; returns the file's path."""
         path = trace_path(self.run_dir, kind, step)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with writing(path.parent, "the rollout traces directory"):
+            path.parent.mkdir(parents=True, exist_ok=True)
         lines, size = [], 0
         for trace in traces:
             line = json.dumps(trace.to_json(), ensure_ascii=False) + "\n"
@@ -75,9 +76,8 @@ class TraceWriter:
         if len(lines) < len(traces):
             get_logger().warning("rollout_trace_truncated", path=str(path), written=len(lines),
                                  left_out=len(traces) - len(lines), max_rollout_bytes=self.max_bytes)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, path)  # a reader (the live page) never sees half a file
+        # A reader (the live page) never sees half a file; a full disk leaves no temporary file.
+        write_text_atomically(path, "".join(lines), "rollout traces")
         self._to_sinks(step, kind, list(traces[: len(lines)]))
         return path
 

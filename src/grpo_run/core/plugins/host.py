@@ -115,8 +115,9 @@ def build_plugin_host(
         where = f"{ep.name!r} ({ep.value})"
         try:
             plugin = ep.load()
-        except Exception as exc:  # a broken third-party package must say who it is
-            fail(where, dist_id, f"cannot be imported: {type(exc).__name__}: {exc}", exc)
+        except (Exception, SystemExit) as exc:  # a broken third-party package must say who it is
+            # SystemExit too: a module that calls sys.exit() at import would end every command silently.
+            fail(where, dist_id, f"cannot be imported: {_exception_line(exc)}", exc)
             continue
         problem = _unknown_hooks(pm, plugin)
         if problem:
@@ -150,8 +151,8 @@ def build_plugin_host(
                 impl.function(register=Registrar(registry, fam, *dist_id))
             except PluginError:
                 raise  # duplicate names, bad classes: already name the distributions
-            except Exception as exc:
-                fail(repr(impl.plugin_name), dist_id, f"{fam.hook} raised {type(exc).__name__}: {exc}", exc)
+            except (Exception, SystemExit) as exc:
+                fail(repr(impl.plugin_name), dist_id, f"{fam.hook} raised {_exception_line(exc)}", exc)
     return PluginHost(pm, registry, set(dist_of.values()), broken)
 
 
@@ -188,6 +189,13 @@ def _plugin_id(ep: importlib.metadata.EntryPoint) -> str:
 
 def _normalise(name: str) -> str:
     return name.lower().replace("_", "-")
+
+
+def _exception_line(exc: BaseException) -> str:
+    """``Type: message`` on one line; a ``SystemExit`` says that the module exited, and with what."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {_one_line(exc)}"
 
 
 def _one_line(exc: BaseException) -> str:

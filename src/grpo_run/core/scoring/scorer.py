@@ -36,7 +36,7 @@ from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reach
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
 from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
-from grpo_run.core.scoring.planning import group_units, plan_row
+from grpo_run.core.scoring.planning import group_units, interleave_rows, plan_row
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
 from grpo_run.core.scoring.results import ScoredBatch, ScoredCompletion
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
@@ -354,7 +354,7 @@ class RewardScorer:
 
     async def _run(self, calls: list[VerifierCall]) -> list[CallOutcome]:
         """Outcomes of ``calls`` in order: sync ones in workers, async ones here, concurrently."""
-        sync_idx = [i for i, c in enumerate(calls) if not self._policies[c.verifier].is_async]
+        sync_idx = interleave_rows(calls, [i for i, c in enumerate(calls) if not self._policies[c.verifier].is_async])
         async_idx = [i for i, c in enumerate(calls) if self._policies[c.verifier].is_async]
         sync_units = group_units(calls, sync_idx, max(1, self.num_workers), self._policies)
         async_units = group_units(calls, async_idx, 1, self._policies)

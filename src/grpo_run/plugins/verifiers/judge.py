@@ -25,6 +25,7 @@ or from an identical request already in flight).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import os
@@ -39,7 +40,7 @@ import attrs
 import cachetools
 import httpx
 
-from grpo_run import VerifierResult
+from grpo_run import VerifierResult, mask_secrets
 from grpo_run.plugins.verifiers.judge_config import DEFAULT_SCORE_REGEX, JudgeConfig
 from grpo_run.plugins.verifiers.judge_http import (
     ChatReply,
@@ -190,15 +191,18 @@ class JudgeVerifier:
         return raw / self.config.score_scale
 
     async def _fetch(self, bound: _LoopBound, body: Mapping[str, Any], key: str) -> _Verdict:
-        reply: ChatReply = await post_chat(
-            bound.pool,
-            self._url,
-            body,
-            limiter=self._limiter,
-            timeout_s=self.config.timeout_s,
-            policy=self._policy,
-            rng=self._rng,
-        )
+        try:
+            reply: ChatReply = await post_chat(
+                bound.pool,
+                self._url,
+                body,
+                limiter=self._limiter,
+                timeout_s=self.config.timeout_s,
+                policy=self._policy,
+                rng=self._rng,
+            )
+        except JudgeError as exc:  # an endpoint may quote the key back, and the URL may carry a password
+            raise type(exc)(self._masked(str(exc))) from None
         score = self.parse_score(reply.content)
         if self._cache is not None:
             self._cache[key] = score
@@ -223,6 +227,18 @@ class JudgeVerifier:
 
             self._bound = _LoopBound(ClientPool(self.config.max_concurrency, make_client))
         return self._bound
+
+    def _masked(self, text: str) -> str:
+        """``text`` without this judge's credentials, whatever they look like (its API key, the
+        ``user:password`` of its URL and their Basic-auth form), or other secrets."""
+        secrets = [os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""]
+        url = httpx.URL(self.config.base_url)
+        if url.userinfo:
+            basic = f"{url.username}:{url.password}".encode()  # what httpx sends as Basic auth
+            secrets += [url.password or "", base64.b64encode(basic).decode("ascii")]
+        for secret in sorted(filter(None, secrets), key=len, reverse=True):
+            text = text.replace(secret, secret[:4] + "***" if len(secret) >= 12 else "***")
+        return mask_secrets(text)
 
     def _auth_headers(self) -> dict[str, str]:
         env = self.config.api_key_env

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run import ShapingVerifierConfig
+from grpo_run import ShapingVerifierConfig, looks_like_secret
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("prompt", "completion", "ground_truth")
 """Placeholders a ``prompt_template`` may use."""
@@ -101,6 +101,12 @@ def _check_base_url(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 
 def _check_env_name(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, str) and looks_like_secret(value):  # never repeat a key in an error
+        raise ValueError(
+            f"{attribute.name} must be the name of the environment variable that holds the key (e.g. "
+            f"'OPENAI_API_KEY'), and {value[:4]}... looks like a key itself: export it as a "
+            f"variable and name that variable here (and revoke the key if this file was shared)"
+        )
     if value is not None and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
         raise ValueError(
             f"{attribute.name} must be the name of the environment variable that holds the key "

@@ -31,6 +31,11 @@ WORKER_SCRIPT = Path(wire.__file__).resolve()
 DIED = "died"
 """Kind of the message every waiter receives when the worker process is gone."""
 OUTPUT_TAIL_LINES = 40
+STOPPED_GRACE_S = 5.0
+"""A worker process stopped (SIGSTOP, a debugger) this long while the trainer waits on it is
+given up: it is killed and the run stops, instead of waiting out ``weight_sync_timeout_s``."""
+_STOPPED = ("stopped", "tracing-stop")
+"""psutil's states of a process that cannot run until someone continues it."""
 
 
 class WorkerError(RunError):
@@ -52,6 +57,7 @@ class WorkerClient:
         self.last_heard = time.monotonic()
         """When the worker last sent anything (or we last asked it something)."""
         self._fatal: str | None = None
+        self._stopped_since: float | None = None
         self.output_tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         ours, theirs = socket.socketpair()
         try:
@@ -145,11 +151,13 @@ class WorkerClient:
 
     async def receive(self, queue: asyncio.Queue, limit_s: float, doing: str) -> tuple:
         """The next message from ``queue``; if the worker sends nothing at all (not even a
-        heartbeat) for ``limit_s`` seconds it is hung: it is killed and :class:`WorkerError` raised."""
+        heartbeat) for ``limit_s`` seconds it is hung: it is killed and :class:`WorkerError` raised.
+        A worker process that is stopped or gone is given up within seconds (:meth:`check_running`)."""
         while True:
             try:
                 return await asyncio.wait_for(queue.get(), timeout=min(1.0, limit_s))
             except TimeoutError:
+                self.check_running(doing)
                 silent = time.monotonic() - self.last_heard
                 if silent >= limit_s:
                     self.kill()
@@ -157,15 +165,62 @@ class WorkerClient:
                         f"vllm engine: the worker (pid {self.pid}) sent nothing for {silent:.0f} s while {doing} "
                         f"(engine.response_timeout_s = {limit_s:g}); it was stopped") from None
 
-    async def call(self, message: tuple) -> tuple:
-        """Send a message whose key (``message[1]``) gets exactly one answer, and return it."""
+    async def call(self, message: tuple, doing: str = "waiting for its answer") -> tuple:
+        """Send a message whose key (``message[1]``) gets exactly one answer, and return it; a
+        worker process that is stopped or gone meanwhile raises :class:`WorkerError` within seconds."""
         key = message[1]
         queue = self.listen(key)
         try:
-            await self.send_async(message)
-            return await queue.get()
+            await self.send_watched(message, doing)
+            return await self.answer(queue, doing)
         finally:
             self.forget(key)
+
+    async def send_watched(self, message: tuple, doing: str) -> None:
+        """:meth:`send_async`, checking every second that the worker process is running (a
+        stopped worker never reads, so the send itself may block)."""
+        sending = asyncio.ensure_future(self.send_async(message))
+        try:
+            while not sending.done():
+                await asyncio.wait({sending}, timeout=1.0)
+                if not sending.done():
+                    self.check_running(doing)
+            await sending
+        finally:
+            sending.cancel()
+
+    async def answer(self, queue: asyncio.Queue, doing: str) -> tuple:
+        """The next message from ``queue``, checking every second that the worker process is running."""
+        while True:
+            try:
+                return await asyncio.wait_for(queue.get(), timeout=1.0)
+            except TimeoutError:
+                self.check_running(doing)
+
+    def check_running(self, doing: str) -> None:
+        """Raise :class:`WorkerError` (after killing it) when the worker process has been stopped
+        (SIGSTOP, a debugger) for :data:`STOPPED_GRACE_S`; a busy or sleeping worker passes. (A
+        worker that exits is reported at once by the reader thread.)"""
+        if not self._is_stopped():
+            self._stopped_since = None
+            return
+        now = time.monotonic()
+        if self._stopped_since is None:
+            self._stopped_since = now
+        if now - self._stopped_since < STOPPED_GRACE_S:
+            return
+        self.kill()
+        raise WorkerError(
+            f"vllm engine: the worker process (pid {self.pid}) has been stopped (SIGSTOP, or a debugger "
+            f"holds it) for {now - self._stopped_since:.0f} s while {doing}; it was killed") from None
+
+    def _is_stopped(self) -> bool:
+        import psutil
+
+        try:
+            return self.proc.poll() is None and psutil.Process(self.pid).status() in _STOPPED
+        except psutil.Error:  # gone meanwhile: the reader thread reports it
+            return False
 
     # -- lifetime ------------------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ from attrs import validators as v
 
 from grpo_run import ConfigIssue, RunConfig
 
+MAX_TEMPERATURE = 2.0
+"""vLLM's ``SamplingParams`` refuses a temperature above this."""
+
 PYTHON_ENV = "GRPO_RUN_VLLM_PYTHON"
 """Environment variable naming the worker's interpreter when ``engine.python`` is not set."""
 
@@ -98,6 +101,11 @@ class VLLMEngineConfig:
             issues.append(ConfigIssue("engine.inflight_updates",
                                       "has no effect with rollout.async_steps = 1 (weights only change between "
                                       "batches, when nothing is generating); set rollout.async_steps >= 2"))
+        for key, temperature in (("rollout.temperature", run.rollout.temperature),
+                                 ("eval.temperature", run.eval.temperature if run.eval.num_samples else None)):
+            if temperature is not None and temperature > MAX_TEMPERATURE:
+                issues.append(ConfigIssue(key, f"must be <= {MAX_TEMPERATURE:g} with the vllm engine (vLLM samples "
+                                               f"at temperatures in [0, {MAX_TEMPERATURE:g}]), got {temperature:g}"))
         needed = run.data.max_prompt_token_length + run.rollout.response_length
         if self.max_model_len is not None and self.max_model_len < needed:
             issues.append(ConfigIssue("engine.max_model_len",

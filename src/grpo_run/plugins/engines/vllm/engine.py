@@ -80,8 +80,9 @@ class VLLMEngine:
         try:
             seeds = self._seeds(len(prompts) * params.n, params)
             try:
-                await self.client.send_async((wire.GENERATE, key, [list(p) for p in prompts], vllm_sampling(params),
-                                              seeds))
+                await self.client.send_watched((wire.GENERATE, key, [list(p) for p in prompts],
+                                                vllm_sampling(params), seeds),
+                                               f"generating with the weights of step {self.version}")
             except WorkerError as exc:
                 raise WorkerError(f"vllm engine: cannot generate with the weights of step {self.version}: {exc}") from None
             for _ in range(len(prompts)):
@@ -138,16 +139,19 @@ class VLLMEngine:
                     f"engine.weight_sync_timeout_s = {limit:g} s; the engine worker (pid {self.client.pid}) "
                     f"was stopped") from None
             except WorkerError as exc:
+                if str(exc).startswith("vllm engine:"):  # says what it was doing already
+                    raise
                 raise WorkerError(f"vllm engine: the weight sync for step {version} failed: {exc}") from None
             self.version = version
             self.last_sync_s = time.perf_counter() - start
             self.syncs += 1
 
     async def _sync(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        answer = await self.client.call((wire.UPDATE_BEGIN, self.client.new_key(), version))
+        doing = f"loading the weights of step {version}"
+        answer = await self.client.call((wire.UPDATE_BEGIN, self.client.new_key(), version), doing)
         self._check_answer(answer, version)
         await self.weights.send(self.client, state_dict)
-        answer = await self.client.call((wire.UPDATE_END, self.client.new_key(), version))
+        answer = await self.client.call((wire.UPDATE_END, self.client.new_key(), version), doing)
         self._check_answer(answer, version)
 
     def _check_answer(self, answer: tuple, version: int) -> None:

@@ -58,7 +58,7 @@ def bucket_size(bucket: Bucket) -> int:
 
 async def expect_ack(client: WorkerClient, key: int, queue: asyncio.Queue, what: str) -> Any:
     try:
-        message = await queue.get()
+        message = await client.answer(queue, what)
     finally:
         client.forget(key)
     if message[0] == wire.ACK:
@@ -91,7 +91,8 @@ class SharedMemoryWeights:
             queue = client.listen(key)
             layout = [(name, str(dtype).removeprefix("torch."), tuple(t.shape), offset) for name, t, dtype, offset in bucket]
             waiting[slot] = (key, queue)
-            await client.send_async((wire.BUCKET, key, self.segments[slot].name, layout, len(buckets) > 1))
+            await client.send_watched((wire.BUCKET, key, self.segments[slot].name, layout, len(buckets) > 1),
+                                      "loading a weight bucket")
         for item in waiting:
             if item is not None:
                 await expect_ack(client, *item, what="loading a weight bucket")

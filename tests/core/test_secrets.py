@@ -1,0 +1,125 @@
+"""What :func:`grpo_run.mask_secrets` hides and what it leaves alone, and the log file it guards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import structlog
+
+from grpo_run import looks_like_secret, mask_secrets
+from grpo_run.core.runlog import configure_run_logging, get_logger
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("POST https://alice:pa55word@judge.example/v1 failed", "POST https://alice:***@judge.example/v1 failed"),
+        ("clone https://ghp_abcdefghijklmnopqrstuvwxyz12@github.com/x", "clone https://***@github.com/x"),
+        ("Authorization: Bearer abcdefghijklmnop123", "Authorization: Bearer abcd***"),
+        ("GET /v1?api_key=ZZZZZZZZZZZZ&n=1", "GET /v1?api_key=ZZZZ***&n=1"),
+        ('{"token": "hf_abcdefghijklmnopqrstu"}', '{"token": "hf_a***"}'),
+        ("Incorrect API key provided: sk-proj-abcdefghijklmnop1234", "Incorrect API key provided: sk-p***"),
+        ("password=hunter22", "password=***"),
+    ],
+)
+def test_secrets_in_text_are_masked(text, masked):
+    assert mask_secrets(text) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["data.max_prompt_token_length = 16", "num_tokens: 1234567", "http://127.0.0.1:8000/v1", "api_key_env = \"OPENAI_API_KEY\"",
+     "verifier 'judge' failed 6 of its last 6 calls"],
+)
+def test_ordinary_text_is_left_alone(text):
+    assert mask_secrets(text) == text
+
+
+def test_the_value_of_a_secret_environment_variable_is_masked_whatever_it_looks_like(monkeypatch):
+    monkeypatch.setenv("JUDGE_API_KEY", "plainwords-but-secret")
+    monkeypatch.setenv("RUN_MODE", "plainwords")  # not named like a secret
+    assert mask_secrets("401: key plainwords-but-secret refused (plainwords)") == "401: key plai*** refused (plainwords)"
+
+
+@pytest.mark.parametrize(
+    ("value", "secret"),
+    [("OPENAI_API_KEY", False), ("MyJudgeKey2024ForProduction", False), ("JUDGE_KEY_2", False),
+     ("hf_AbCdEfGhIjKlMnOpQrStUv", True), ("sk-proj-AbCdEfGhIjKl1234567890", True), ("xK9mP2qR7vL4nT8wZ3yB6cF1", True)],
+)
+def test_a_key_is_told_from_a_variable_name(value, secret):
+    assert looks_like_secret(value) is secret
+
+
+def test_the_run_log_masks_events_and_tracebacks(tmp_path):
+    fh = configure_run_logging(tmp_path)
+    try:
+        try:
+            raise RuntimeError("refused https://bob:s3cretpass@api.example/v1 with key sk-abcdefghijklmnopqrstuv")
+        except RuntimeError as exc:
+            get_logger().error("run_failed", error=str(exc), detail={"url": "https://bob:s3cretpass@x"}, exc_info=True)
+    finally:
+        structlog.reset_defaults()
+        fh.close()
+    text = (tmp_path / "log.jsonl").read_text()
+    assert "s3cretpass" not in text and "sk-abcdefghijklmnopqrstuv" not in text
+    event = json.loads(text)
+    assert event["error"] == "refused https://bob:***@api.example/v1 with key sk-a***"
+    assert event["detail"] == {"url": "https://bob:***@x"}
+    assert "RuntimeError: refused https://bob:***@api.example/v1" in event["exception"]
+
+
+# -- end to end: a judge whose endpoint quotes its credentials back --------------------------------
+
+PASSWORD = "correct-horse-battery-9"
+KEY = "Zq8wordySecret417xy"  # named by MY_JUDGE_CRED: neither its value nor its name look like a key
+
+
+@pytest.mark.parametrize("in_url", [True, False], ids=["password-in-base-url", "key-from-env"])
+def test_credentials_an_endpoint_quotes_back_reach_no_file_and_no_console(tmp_path, monkeypatch, in_url):
+    import base64
+
+    from support.judge_server import JudgeServer
+    from support.processes import run_grpo
+    from support.runs import write_run
+
+    monkeypatch.setenv("MY_JUDGE_CRED", KEY)
+    with JudgeServer() as server:
+        url = server.base_url.replace("http://", f"http://alice:{PASSWORD}@") if in_url else server.base_url
+        cfg = write_run(tmp_path, verifier="judge", train_rows=6,
+                        verifier_config={"base_url": url, "model": "echokey", "api_key_env": "MY_JUDGE_CRED",
+                                         "max_retries": 0},
+                        scoring={"num_workers": 0, "error_min_calls": 4, "error_window": 4})
+        run = tmp_path / "run"
+        done = run_grpo([str(cfg), "--output-dir", str(run)])
+    assert done.returncode == 1 and "Incorrect API key provided" in done.output  # the endpoint's words stay
+    assert main_report(run) == 0
+    secrets = [PASSWORD, base64.b64encode(f"alice:{PASSWORD}".encode()).decode(), KEY]
+    written = {p.name: p.read_text(errors="replace") for p in run.rglob("*") if p.is_file()}
+    assert {"log.jsonl", "config.toml", "report.html"} <= set(written)
+    for secret in secrets:
+        assert secret not in done.output
+        for name, text in written.items():
+            assert secret not in text, f"{secret} in {name}"
+    if in_url:
+        assert "alice:***@127.0.0.1" in written["config.toml"]
+
+
+def main_report(run) -> int:
+    from grpo_run.cli.main import main
+
+    return main(["report", str(run)])
+
+
+def test_a_key_given_as_api_key_env_is_refused_without_repeating_it(tmp_path, capsys):
+    from support.runs import write_run
+
+    from grpo_run.cli.main import main
+
+    key = "hf_AbCdEfGhIjKlMnOpQrStUvWx"
+    cfg = write_run(tmp_path, verifier="judge", verifier_config={"base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                                                 "api_key_env": key})
+    assert main(["check", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "api_key_env must be the name of the environment variable that holds the key" in err
+    assert "hf_A... looks like a key itself" in err and key not in err
