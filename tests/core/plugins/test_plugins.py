@@ -21,6 +21,7 @@ BUILTINS = {
     ("task", "arithmetic"),
     ("model", "tiny-arithmetic"),
     ("model", "tiny-random"),
+    ("model", "smollm2-135m-instruct"),
 }
 
 

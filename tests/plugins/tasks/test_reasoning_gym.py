@@ -92,3 +92,31 @@ def test_the_example_config_checks(capsys):
     example = EXAMPLES / "reasoning_gym.toml"
     assert main(["check", str(example), "--set", "model.name_or_path=tiny-arithmetic"]) == 0
     assert capsys.readouterr().out == f"{example}: ok\n  task reasoning_gym: 2000 rows read, 2000 used\n"
+
+
+def test_options_set_the_difficulty_and_math_rows_carry_the_answer():
+    config = ReasoningGymConfig(tasks={"chain_sum": 1.0}, size=20, eval_size=0, system_prompt="", verifier="math",
+                                options={"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 2}})
+    rows = ReasoningGymTask(config).train_rows()
+    for row in rows:
+        expression = row["messages"][0]["content"].split(":")[-1].rstrip("= ")
+        terms = expression.replace("-", "+").split("+")
+        assert len(terms) == 2 and all(0 <= int(t) <= 99 for t in terms), expression
+        assert row["verifier"] == "math" and row["ground_truth"] == str(eval(expression))  # noqa: S307 - digits and +/-
+    assert any(max(int(t) for t in r["messages"][0]["content"].split(":")[-1].rstrip("= ").replace("-", "+").split("+")) > 9
+               for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"gcd": {}}, "options for 'gcd', which 'tasks' does not name"),
+        ({"chain_sum": {"max_term": 2}}, "chain_sum: unknown settings 'max_term'; ChainSumConfig has allow_negation, "
+                                         "max_digits, max_terms, min_digits, min_terms"),
+        ({"chain_sum": {"min_terms": 3, "max_terms": 2}}, "chain_sum: max_terms must be >= min_terms"),
+        ({"chain_sum": 2}, "options of 'chain_sum' must be a table"),
+    ],
+)
+def test_bad_generator_options(options, message):
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        ReasoningGymConfig(tasks={"chain_sum": 1.0}, options=options)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -95,24 +96,30 @@ class TinyRandomModel:
         """Build the model into the cache unless it is there already; return its directory."""
         final = self.cache_dir()
         if not (final / "config.json").is_file():
-            self._build_into(final)
+            build_atomically(final, self._write)
         return str(final)
 
-    def _build_into(self, final: Path) -> None:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    def _write(self, out: Path) -> None:
+        size = self.config.size()
+        tokenizer = build_char_tokenizer(model_max_length=size.max_position_embeddings)
+        model = build_tiny_llama(size, tokenizer, seed=self.config.seed)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+def build_atomically(final: Path, write: Callable[[Path], None]) -> None:
+    """Run ``write`` on a fresh temporary directory beside ``final`` and rename it to ``final``,
+    so a reader never sees a half-written model; the temporary directory goes either way."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        write(tmp)
         try:
-            size = self.config.size()
-            tokenizer = build_char_tokenizer(model_max_length=size.max_position_embeddings)
-            model = build_tiny_llama(size, tokenizer, seed=self.config.seed)
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / "config.json").is_file():
-                    raise
-                # Another process built the same model first; theirs is identical.
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "config.json").is_file():
+                raise
+            # Another process built the same model first; theirs is identical.
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

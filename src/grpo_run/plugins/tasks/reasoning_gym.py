@@ -5,8 +5,9 @@ reasoning-gym (``pip install 'grpo-run[reasoning-gym]'``) generates ~100 kinds o
 training rows split over ``tasks`` in proportion to their weights (each task at least one row),
 and ``eval_size`` eval rows the same way from another seed. Every row is scored by the
 ``reasoning_gym`` verifier, which calls the problem's own ``score_answer``; its ground truth is
-the generated entry (question, answer, metadata). A row's ``dataset`` is its task name, so the
-``mixture`` sampler can weigh tasks too.
+the generated entry (question, answer, metadata); with ``verifier = "math"`` the ``math``
+verifier compares against the entry's answer instead. ``options`` sets each generator's
+difficulty. A row's ``dataset`` is its task name, so the ``mixture`` sampler can weigh tasks too.
 
 Train and eval rows come from different seeds; a task with a small problem space can repeat a
 problem between the two.
@@ -14,9 +15,10 @@ problem between the two.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -55,6 +57,29 @@ def _check_tasks(_inst: Any, _attribute: attrs.Attribute, tasks: Mapping[str, fl
                          "as f; print(sorted(f.DATASETS))\"` lists them")
 
 
+def _check_options(inst: Any, _attribute: attrs.Attribute, options: Mapping[str, Mapping[str, Any]]) -> None:
+    stray = sorted(set(options) - set(inst.tasks))
+    if stray:
+        raise ValueError(f"options for {', '.join(map(repr, stray))}, which 'tasks' does not name")
+    from reasoning_gym.factory import DATASETS
+
+    for task, settings in options.items():
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"options of {task!r} must be a table of its generator's settings, e.g. {{max_terms = 2}}")
+        config_cls = DATASETS[task][1]
+        known = {f.name for f in dataclasses.fields(config_cls)} - {"seed", "size"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(f"{task}: unknown settings {', '.join(map(repr, unknown))}; "
+                             f"{config_cls.__name__} has {', '.join(sorted(known))}")
+        try:
+            generator_config = config_cls(**settings)
+            if hasattr(generator_config, "validate"):
+                generator_config.validate()
+        except (AssertionError, TypeError, ValueError) as exc:
+            raise ValueError(f"{task}: {exc or 'invalid settings'}") from None
+
+
 @attrs.frozen
 class ReasoningGymConfig:
     """Options of the ``reasoning_gym`` task."""
@@ -70,6 +95,14 @@ class ReasoningGymConfig:
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     """A system message before every question (the ``reasoning_gym`` verifier looks for the answer
     in ``<answer>`` tags by default); ``""`` for none."""
+    options: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=dict, validator=_check_options)
+    """Generator settings per task, e.g. ``{chain_sum = {max_terms = 2, max_digits = 1}}`` (the
+    fields of that task's reasoning-gym config class; the difficulty of the problems)."""
+    verifier: Literal["reasoning_gym", "math"] = attrs.field(
+        default="reasoning_gym", validator=attrs.validators.in_(("reasoning_gym", "math")))
+    """Which verifier scores the rows: ``reasoning_gym`` (the problem's own ``score_answer``) or
+    ``math`` (math-verify against the entry's ``answer``; for tasks whose answer is a number or
+    an expression)."""
 
 
 def split_counts(total: int, weights: Mapping[str, float]) -> dict[str, int]:
@@ -106,7 +139,8 @@ class ReasoningGymTask:
 
         rows = []
         for k, (task, count) in enumerate(split_counts(total, self.config.tasks).items()):
-            for i, entry in enumerate(reasoning_gym.create_dataset(task, size=count, seed=seed + k)):
+            settings = self.config.options.get(task, {})
+            for i, entry in enumerate(reasoning_gym.create_dataset(task, size=count, seed=seed + k, **settings)):
                 rows.append(self._row(f"{task}-{split}-{i}", task, entry))
         return rows
 
@@ -114,6 +148,9 @@ class ReasoningGymTask:
         messages = [{"role": "user", "content": entry["question"]}]
         if self.config.system_prompt:
             messages.insert(0, {"role": "system", "content": self.config.system_prompt})
+        if self.config.verifier == "math":
+            return {"id": row_id, "dataset": task, "messages": messages, "ground_truth": str(entry["answer"]),
+                    "verifier": "math"}
         return {
             "id": row_id,
             "dataset": task,
