@@ -110,7 +110,7 @@ class RolloutProducer:
         prompt_ids = [self.encoder.encode(r) for r in rows]
         self._phase(clock, "generating")
         arrived: asyncio.Queue = asyncio.Queue()
-        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids))
+        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids, rows, clock))
         groups: dict[int, RolloutGroup] = {}
         generated: float | None = None
         try:
@@ -137,8 +137,11 @@ class RolloutProducer:
                 feeder.cancel()
                 await asyncio.gather(feeder, return_exceptions=True)
 
-    async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]]) -> None:
-        """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``."""
+    async def _generate_into(
+        self, arrived: asyncio.Queue, prompt_ids: list[list[int]], rows: Sequence[Mapping[str, Any]], clock: _BatchClock
+    ) -> None:
+        """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``
+        (``rows`` and ``clock``: for producers that generate otherwise, such as episodes)."""
         try:
             if isinstance(self.engine, StreamingEngine):
                 async for i, comps in self.engine.generate_stream(prompt_ids, self.params):
