@@ -21,6 +21,11 @@ BUILTINS = {
     ("task", "arithmetic"),
     ("model", "tiny-arithmetic"),
     ("model", "tiny-random"),
+    ("environment", "tools"),
+    ("renderer", "chat-template"),
+    ("renderer", "tiny-chat"),
+    ("tool", "calculator"),
+    ("tool", "python"),
 }
 
 
@@ -117,7 +122,7 @@ def test_every_hook_is_documented():
     from grpo_run.core.plugins import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("grpo_run_")]
-    assert len(hooks) == 12
+    assert len(hooks) == 15
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert "Called" in doc, f"{name} does not say when it is called"

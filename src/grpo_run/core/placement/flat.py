@@ -96,7 +96,10 @@ def encode_sequences(seqs: Sequence[SequenceToPack]) -> dict[str, np.ndarray]:
         "seq_ids": np.array([s.seq_id for s in seqs], dtype=np.int64),
         "loss_mask": np.array([s.loss_mask for s in seqs], dtype=np.bool_),
         # Per-token masks of episode sequences (all true for a single-turn completion).
-        "token_mask": np.array([m for s in seqs for m in s.token_loss_mask()], dtype=np.bool_),
+        "token_mask": np.array(
+            [m for s in seqs for m in (s.token_mask if s.token_mask is not None else (True,) * len(s.completion_ids))],
+            dtype=np.bool_,
+        ),
     }
 
 

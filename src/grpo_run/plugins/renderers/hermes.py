@@ -24,7 +24,9 @@ class ChatTemplateConfig:
     """Options of the ``chat-template`` renderer."""
 
     open_tag: str = "<tool_call>"
+    """The markup that opens a tool call's JSON."""
     close_tag: str = "</tool_call>"
+    """The markup that closes it."""
 
 
 def parse_hermes(text: str, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> ParsedTurn:

@@ -25,15 +25,21 @@ class PythonToolConfig:
     timeout_s: float = attrs.field(default=5.0, validator=_positive)
     """Wall-clock limit of one program."""
     cpu_s: int = attrs.field(default=5, validator=_positive)
+    """RLIMIT_CPU of each sandboxed process, in seconds."""
     memory_mb: int = attrs.field(default=512, validator=_positive)
+    """RLIMIT_AS (address space) of each sandboxed process, in MiB."""
     max_processes: int = attrs.field(default=32, validator=_positive)
+    """RLIMIT_NPROC: processes (and threads) of one sandbox."""
     max_output_bytes: int = attrs.field(default=1 << 16, validator=_positive)
     """Output kept of each stream; more kills the program."""
     tmp_size_mb: int = attrs.field(default=32, validator=_positive)
+    """Size cap of the private ``/tmp`` (and ``/dev/shm``); also the largest file."""
     unsandboxed: bool = False
     """Run without bubblewrap (rlimits and timeout only). UNSAFE."""
     python: str = sys.executable
+    """Interpreter that runs the program (standard library only inside the sandbox)."""
     bwrap: str = "bwrap"
+    """bubblewrap executable (name on PATH or absolute path)."""
 
     def limits(self) -> SandboxLimits:
         return SandboxLimits(
