@@ -157,21 +157,30 @@ def test_a_template_that_rewrites_history_starts_a_new_segment():
     assert [s.seq_id for s in seqs] == [3, 4] and {s.advantage for s in seqs} == {-1.5}
 
 
-def test_group_members_share_the_initial_state_and_turns_get_their_own_seeds(tiny_tokenizer):
-    engine = ScriptedEngine(tiny_tokenizer, THREE_TURNS, "<|assistant|>")
-    env = calc_env()
-    runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine,
-                           EnvironmentSlot("scripted"), SamplingParams(max_new_tokens=64))
+def test_group_members_share_the_initial_state_and_their_turns_are_batched_with_derived_seeds(tiny_tokenizer):
+    def group():
+        engine = ScriptedEngine(tiny_tokenizer, THREE_TURNS, "<|assistant|>")
+        env = calc_env()
+        runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine,
+                               EnvironmentSlot("scripted"), SamplingParams(max_new_tokens=64))
 
-    async def group():
-        return await asyncio.gather(*(runner.run({"id": "r", "prompt": "12+7"}, 99, g) for g in range(3)))
+        async def episodes():
+            return await asyncio.gather(*(runner.run({"id": "r", "prompt": "12+7"}, 99, g) for g in range(3)))
 
-    asyncio.run(group())
-    runner.close()
+        asyncio.run(episodes())
+        runner.close()
+        return env, engine, runner
+
+    env, engine, runner = group()
     assert env.resets == [99, 99, 99]
+    # Turn t of the three episodes goes to the engine as one call (they wait for each other's
+    # environment steps), seeded from the (group seed, sample, turn) keys of its members.
+    assert runner.batcher.calls == 3 and [len(p) for p, _ in engine.calls] == [6] * 3 + [27] * 3 + [48] * 3
     seeds = [params.seed for _, params in engine.calls]
-    assert len(seeds) == 9 and len(set(seeds)) == 9
-    assert sorted(seeds) == sorted(derive_seed(99, g, t) for g in range(3) for t in range(3))
+    assert seeds == [derive_seed(*(k for g in range(3) for k in (99, g, t))) for t in range(3) for _ in range(3)]
+    assert len(set(seeds)) == 3
+    _, again, _ = group()
+    assert [(p, params) for p, params in again.calls] == [(p, params) for p, params in engine.calls]
 
 
 @pytest.mark.parametrize("fail, match", [

@@ -43,8 +43,6 @@ class EnvironmentSlot(PluginSlot):
     train_on_env_tokens: bool = attrs.field(default=False, kw_only=True)
     """Count environment messages and template scaffolding in the loss (Open Instruct's
     ``mask_tool_use = false``); off: only sampled tokens train."""
-    concurrency: int = attrs.field(default=64, validator=positive, kw_only=True)
-    """Episodes in flight at once."""
     workers: int = attrs.field(default=4, validator=positive, kw_only=True)
     """Threads that run synchronous environment code (never the event loop)."""
 

@@ -36,7 +36,6 @@ class EpisodeProducer(RolloutProducer):
         self.env_name = env_name
         self.guard = guard
         self.groups_drawn = 0
-        self._gate = asyncio.Semaphore(runner.settings.concurrency)
         self._env_stats: dict[int, list[dict[str, float]]] = {}
 
     def rollout_state(self) -> dict[str, Any]:
@@ -63,6 +62,8 @@ class EpisodeProducer(RolloutProducer):
         self.groups_drawn += len(rows)
         stats = self._env_stats.setdefault(clock.index, [])
         tasks: list[asyncio.Task] = []
+        for _ in range(len(rows) * self.params.n):  # every episode of the batch takes part in the turn batches
+            self.runner.batcher.enter()
         try:
             tasks = [asyncio.create_task(self._group(i, row, first + i, stats)) for i, row in enumerate(rows)]
             for done in asyncio.as_completed(tasks):
@@ -91,18 +92,17 @@ class EpisodeProducer(RolloutProducer):
         return i, [r for r in results if isinstance(r, Episode)]
 
     async def _one(self, row: Mapping[str, Any], seed: int, sample: int) -> Episode | EpisodeFailed:
-        async with self._gate:
-            started = time.perf_counter()
-            try:
-                episode = await self.runner.run(row, seed, sample)
-            except EpisodeFailed as exc:
-                outcome = CallOutcome(0.0, time.perf_counter() - started, error=str(exc), timed_out=exc.timed_out)
-                if self.guard is not None:
-                    self.guard.add(f"environment {self.env_name}", outcome, row.get("id"))
-                return exc
+        started = time.perf_counter()
+        try:
+            episode = await self.runner.run(row, seed, sample, reserved=True)
+        except EpisodeFailed as exc:
+            outcome = CallOutcome(0.0, time.perf_counter() - started, error=str(exc), timed_out=exc.timed_out)
             if self.guard is not None:
-                self.guard.add(f"environment {self.env_name}", CallOutcome(0.0, time.perf_counter() - started), row.get("id"))
-            return episode
+                self.guard.add(f"environment {self.env_name}", outcome, row.get("id"))
+            return exc
+        if self.guard is not None:
+            self.guard.add(f"environment {self.env_name}", CallOutcome(0.0, time.perf_counter() - started), row.get("id"))
+        return episode
 
     async def _score_groups(self, rows, prompt_ids, ready):  # type: ignore[no-untyped-def]
         groups, call_stats = await super()._score_groups(rows, prompt_ids, ready)

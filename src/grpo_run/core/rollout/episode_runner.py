@@ -29,7 +29,8 @@ from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Rende
 from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
-from grpo_run.core.rollout.episodes import Episode, Segment, combine_rewards, derive_seed
+from grpo_run.core.rollout.episodes import Episode, Segment, combine_rewards
+from grpo_run.core.rollout.turn_batcher import TurnBatcher
 
 NAN = math.nan
 
@@ -82,17 +83,26 @@ class EpisodeRunner:
         self.params = params
         """Sampling of a turn; ``max_new_tokens`` is the episode's total budget."""
         self.pool = pool if pool is not None else DaemonThreadPool(settings.workers)
+        self.batcher = TurnBatcher(engine)
 
     def close(self) -> None:
         self.pool.close()
 
-    async def run(self, row: Mapping[str, Any], seed: int, sample: int) -> Episode:
-        """Episode ``sample`` of the group whose row and initial-state ``seed`` are given."""
+    async def run(self, row: Mapping[str, Any], seed: int, sample: int, *, reserved: bool = False) -> Episode:
+        """Episode ``sample`` of the group whose row and initial-state ``seed`` are given.
+
+        ``reserved``: the caller already counted it in ``self.batcher`` (``enter``), as a producer
+        does for a whole batch before starting any episode, so that no turn batch is sent before
+        every episode of the batch has asked for its turn."""
+        if not reserved:
+            self.batcher.enter()
         try:
             return await asyncio.wait_for(self._episode(row, seed, sample), self.settings.episode_timeout_s)
         except asyncio.TimeoutError:
             raise EpisodeFailed(f"the episode ran longer than environment.episode_timeout_s = "
                                 f"{self.settings.episode_timeout_s:g}", timed_out=True) from None
+        finally:
+            self.batcher.leave()
 
     # -- one episode -------------------------------------------------------------------------
 
@@ -134,9 +144,9 @@ class EpisodeRunner:
             if room <= 0:
                 finish = "length"
                 break
-            params = attrs.evolve(self.params, n=1, max_new_tokens=room, seed=derive_seed(seed, sample, turn))
+            params = attrs.evolve(self.params, n=1, max_new_tokens=room)
             started = time.perf_counter()
-            comp = (await self.engine.generate([seg.prompt + seg.ids], params))[0][0]
+            comp = await self.batcher.generate((seed, sample, turn), seg.prompt + seg.ids, params)
             metrics["generation_s"] += time.perf_counter() - started
             seg.add(comp.token_ids, comp.logprobs, "assistant")
             used += len(comp.token_ids)
