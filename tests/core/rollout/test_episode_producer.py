@@ -94,7 +94,7 @@ def test_a_failing_environment_is_a_counted_drop_not_a_crash(tokenizer, fail):
 
 def test_too_many_failing_episodes_stop_the_run_through_the_error_rate_rule(tokenizer):
     env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, fail="raise")
-    prod = producer(tokenizer, env, guard=ErrorRateGuard(0.5, window=20, min_calls=4))
-    with pytest.raises(RunError, match="environment scripted.*the environment broke"):
+    prod = producer(tokenizer, env, guard=ErrorRateGuard(0.5, window=20, min_calls=4, what="environment"))
+    with pytest.raises(RunError, match="environment 'scripted' failed 12 of its last 12 calls.*the environment broke"):
         asyncio.run(prod.produce(1))
     prod.close()

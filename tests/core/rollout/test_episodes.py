@@ -193,3 +193,18 @@ def test_a_failing_environment_fails_the_episode_with_a_reason(tiny_tokenizer, f
     env = calc_env(fail=fail, hang_s=5.0)
     with pytest.raises(EpisodeFailed, match=match):
         run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, step_timeout_s=0.3)
+
+
+def test_traces_show_the_turns_with_their_roles_and_masks(tiny_tokenizer):
+    from grpo_run.core.loop.traces import episode_spans
+
+    engine = ScriptedEngine(tiny_tokenizer, THREE_TURNS, "<|assistant|>")
+    episode = run(calc_env(), TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine)
+    decode = lambda ids: tiny_tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
+    assert [(s["role"], s["trained"], s["text"]) for s in episode_spans(episode, decode)] == [
+        ("assistant", True, "calculator(12+7)<|eos|>"),
+        ("environment", False, "<|user|>19<|assistant|>"),
+        ("assistant", True, "calculator(19*2)<|eos|>"),
+        ("environment", False, "<|user|>38<|assistant|>"),
+        ("assistant", True, "38<|eos|>"),
+    ]

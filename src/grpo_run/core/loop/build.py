@@ -207,7 +207,8 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
     renderer = registry.get(RENDERER, cfg.renderer.name)(cfg.renderer.config, tokenizer)
     runner = EpisodeRunner(environment, renderer, engine, env, params)
     sc = cfg.scoring
-    guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window))
+    guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
+                           what="environment")
     return EpisodeProducer(sampler, engine, scorer, encoder, params, num_prompts,
                            runner=runner, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
 

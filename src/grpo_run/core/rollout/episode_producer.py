@@ -98,10 +98,10 @@ class EpisodeProducer(RolloutProducer):
         except EpisodeFailed as exc:
             outcome = CallOutcome(0.0, time.perf_counter() - started, error=str(exc), timed_out=exc.timed_out)
             if self.guard is not None:
-                self.guard.add(f"environment {self.env_name}", outcome, row.get("id"))
+                self.guard.add(self.env_name, outcome, row.get("id"))
             return exc
         if self.guard is not None:
-            self.guard.add(f"environment {self.env_name}", CallOutcome(0.0, time.perf_counter() - started), row.get("id"))
+            self.guard.add(self.env_name, CallOutcome(0.0, time.perf_counter() - started), row.get("id"))
         return episode
 
     async def _score_groups(self, rows, prompt_ids, ready):  # type: ignore[no-untyped-def]
