@@ -17,8 +17,9 @@ def test_the_calculator_tool_example_trains_on_episodes(tmp_path):
         argv += ["--set", override]
     assert main(argv) == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2]
-    for line in lines:
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert 0 <= lines[0]["eval/accuracy"] <= 1 and lines[0]["eval/num_prompts"] == 64  # greedy episodes
+    for line in lines[1:]:
         assert line["env/episodes"] == 16 and line["env/error_rate"] == 0
         assert 1 <= line["env/turns_mean"] <= 2 and line["env/segments_mean"] == 1
     effective = (out / "config.toml").read_text()

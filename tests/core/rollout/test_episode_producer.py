@@ -98,3 +98,19 @@ def test_too_many_failing_episodes_stop_the_run_through_the_error_rate_rule(toke
     with pytest.raises(RunError, match="environment 'scripted' failed 12 of its last 12 calls.*the environment broke"):
         asyncio.run(prod.produce(1))
     prod.close()
+
+
+def test_evaluation_runs_greedy_episodes_scored_on_their_last_turn(tokenizer):
+    from grpo_run.core.data.prompts import PromptRow
+    from grpo_run.core.loop.evaluation import Evaluator
+
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())})
+    prod = producer(tokenizer, env)
+    engine = prod.runner.engine
+    rows = [PromptRow({"id": f"e{i}", "prompt": "12+7", "ground_truth": gt}, [0]) for i, gt in enumerate(["19", "20"])]
+    evaluator = Evaluator(engine, Scorer(), rows, 64, episodes=prod.runner)
+    metrics = asyncio.run(evaluator.evaluate(0))
+    prod.close()
+    assert metrics["eval/accuracy"] == 0.5 and metrics["eval/num_prompts"] == 2
+    assert [params.greedy for _, params in engine.calls] == [True] * 4  # two turns of two episodes
+    assert [len(env.actions)] == [4]

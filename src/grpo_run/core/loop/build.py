@@ -179,6 +179,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     evaluator = Evaluator(
         engine, scorer, prompts.eval, r.response_length, r.stop_strings,
         num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces,
+        episodes=getattr(producer, "runner", None),
     ) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=learner.num_parameters)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.loop.trace_records import CompletionTrace
-from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.loop.traces import TraceWriter, episode_spans
 from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
+from grpo_run.core.rollout.episode_runner import EpisodeRunner
+from grpo_run.core.rollout.episodes import Episode, derive_seed, failed_episode
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 
@@ -46,6 +49,7 @@ class Evaluator:
         num_samples: int = 0,
         temperature: float = 1.0,
         traces: TraceWriter | None = None,
+        episodes: EpisodeRunner | None = None,
     ) -> None:
         self.engine = engine
         self.scorer = scorer
@@ -55,11 +59,15 @@ class Evaluator:
                                              temperature=temperature, stop_strings=tuple(stop_strings))
         self.num_samples = num_samples
         self.traces = traces
+        self.episodes = episodes
+        """With an ``[environment]``: the greedy completion of a row is a greedy episode, scored on
+        its last turn by the verifiers (environment rewards are not added); pass@k stays
+        single-turn."""
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
         rows = self.rows
-        greedy = [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+        greedy = await self._greedy(rows)
         scored = await self._score(rows, greedy)
         n = max(1, len(rows))
         metrics = {
@@ -79,6 +87,13 @@ class Evaluator:
         if self.traces is not None and self.traces.enabled:
             self.traces.write("eval", step, traces)
         return metrics
+
+    async def _greedy(self, rows: Sequence[PromptRow]) -> list[Any]:
+        if self.episodes is None:
+            return [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+        seeds = [derive_seed("eval", r.get("id", i)) for i, r in enumerate(rows)]
+        results = await self.episodes.run_many(rows, seeds, self.params)
+        return [r if isinstance(r, Episode) else failed_episode() for r in results]
 
     async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
         return await self.scorer.score(
@@ -116,5 +131,6 @@ class Evaluator:
                     max_reward=s.max_reward, solved=is_solved(s.reward, s.max_reward), scores=dict(s.scores),
                     finish_reason=comp.finish_reason, num_tokens=len(comp.token_ids),
                     policy_version=comp.policy_version, greedy=greedy,
+                    turns=episode_spans(comp, self.traces.decode) if isinstance(comp, Episode) else None,
                 ))
         return out

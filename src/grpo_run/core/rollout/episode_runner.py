@@ -88,16 +88,34 @@ class EpisodeRunner:
     def close(self) -> None:
         self.pool.close()
 
-    async def run(self, row: Mapping[str, Any], seed: int, sample: int, *, reserved: bool = False) -> Episode:
+    async def run_many(self, rows: Sequence[Mapping[str, Any]], seeds: Sequence[int], params: SamplingParams
+                       ) -> list[Episode | EpisodeFailed]:
+        """One episode per row (``params.n`` is ignored), all in the same turn batches; a failed
+        episode is returned as its :class:`EpisodeFailed`."""
+        for _ in rows:
+            self.batcher.enter()
+
+        async def one(row: Mapping[str, Any], seed: int) -> Episode | EpisodeFailed:
+            try:
+                return await self.run(row, seed, 0, reserved=True, params=params)
+            except EpisodeFailed as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(r, s) for r, s in zip(rows, seeds))))
+
+    async def run(self, row: Mapping[str, Any], seed: int, sample: int, *, reserved: bool = False,
+                  params: SamplingParams | None = None) -> Episode:
         """Episode ``sample`` of the group whose row and initial-state ``seed`` are given.
 
         ``reserved``: the caller already counted it in ``self.batcher`` (``enter``), as a producer
         does for a whole batch before starting any episode, so that no turn batch is sent before
-        every episode of the batch has asked for its turn."""
+        every episode of the batch has asked for its turn. ``params``: sampling other than the
+        run's (evaluation: greedy), ``max_new_tokens`` again the episode's total budget."""
         if not reserved:
             self.batcher.enter()
         try:
-            return await asyncio.wait_for(self._episode(row, seed, sample), self.settings.episode_timeout_s)
+            episode = self._episode(row, seed, sample, params or self.params)
+            return await asyncio.wait_for(episode, self.settings.episode_timeout_s)
         except asyncio.TimeoutError:
             raise EpisodeFailed(f"the episode ran longer than environment.episode_timeout_s = "
                                 f"{self.settings.episode_timeout_s:g}", timed_out=True) from None
@@ -106,13 +124,13 @@ class EpisodeRunner:
 
     # -- one episode -------------------------------------------------------------------------
 
-    async def _episode(self, row: Mapping[str, Any], seed: int, sample: int) -> Episode:
+    async def _episode(self, row: Mapping[str, Any], seed: int, sample: int, params: SamplingParams) -> Episode:
         reset = await self._call("reset", self.env.reset, row, seed)
         if not isinstance(reset, EnvReset):
             raise EpisodeFailed(f"reset returned {type(reset).__name__}, not an EnvReset")
         state = reset.state
         try:
-            return await self._turns(reset, state, seed, sample)
+            return await self._turns(reset, state, seed, sample, params)
         finally:
             closer = getattr(self.env, "close", None)
             if callable(closer):
@@ -121,13 +139,13 @@ class EpisodeRunner:
                 except EpisodeFailed:
                     pass  # the episode's outcome stands; a failing close is the environment's problem
 
-    async def _turns(self, reset: EnvReset, state: Any, seed: int, sample: int) -> Episode:
+    async def _turns(self, reset: EnvReset, state: Any, seed: int, sample: int, sampling: SamplingParams) -> Episode:
         s = self.settings
         tools: Sequence[ToolSchema] = list(reset.tools)
         messages = [dict(m) for m in reset.messages]
         prompt = self.renderer.render(messages, tools)
-        prompt_cap = len(prompt) + self.params.max_new_tokens
-        budget = self.params.max_new_tokens
+        prompt_cap = len(prompt) + sampling.max_new_tokens
+        budget = sampling.max_new_tokens
         per_turn = s.max_tokens_per_turn or budget
         eot = list(self.renderer.end_of_turn_ids())
         segments: list[Segment] = []
@@ -144,7 +162,7 @@ class EpisodeRunner:
             if room <= 0:
                 finish = "length"
                 break
-            params = attrs.evolve(self.params, n=1, max_new_tokens=room)
+            params = attrs.evolve(sampling, n=1, max_new_tokens=room)
             started = time.perf_counter()
             comp = await self.batcher.generate((seed, sample, turn), seg.prompt + seg.ids, params)
             metrics["generation_s"] += time.perf_counter() - started

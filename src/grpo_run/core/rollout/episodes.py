@@ -73,6 +73,13 @@ class Episode:
         return self.policy_version, last
 
 
+def failed_episode() -> Episode:
+    """What stands for an episode that failed where a result is still needed (evaluation): no
+    ids, no text, finish reason ``"error"``."""
+    return Episode(segments=(), text="", finish_reason="error", policy_version=0, last_policy_version=None,
+                   env_reward=0.0, turns=0, messages=())
+
+
 def combine_rewards(rewards: Sequence[float], how: str, discount: float = 1.0) -> float:
     """Per-turn rewards as one number: ``last``, ``sum`` or ``discounted`` (sum of gamma^t r_t)."""
     if not rewards:
