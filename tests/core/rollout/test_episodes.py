@@ -16,7 +16,7 @@ from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.learner.offpolicy import sampled_engine_logprobs
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
-from grpo_run.core.rollout.episodes import derive_seed
+from grpo_run.core.rollout.episodes import combine_rewards, derive_seed
 from grpo_run.core.rollout.packing import pack_sequences
 from grpo_run.core.rollout.sequences import episode_sequences
 from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
@@ -208,3 +208,9 @@ def test_traces_show_the_turns_with_their_roles_and_masks(tiny_tokenizer):
         ("environment", False, "<|user|>38<|assistant|>"),
         ("assistant", True, "38<|eos|>"),
     ]
+
+
+@pytest.mark.parametrize("how, expected", [("last", 2.0), ("sum", 3.5), ("discounted", 1.0 + 0.5 * 0.5 + 0.25 * 2.0)])
+def test_per_turn_rewards_combine(how, expected):
+    assert combine_rewards([1.0, 0.5, 2.0], how, discount=0.5) == pytest.approx(expected, abs=1e-12)
+    assert combine_rewards([], how) == 0.0

@@ -9,7 +9,6 @@ statistics treat an episode as one sample, however many segments it trains as.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,7 +96,3 @@ def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from ``parts`` (same parts, same seed, in every process)."""
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (2**31 - 1)
-
-
-def is_nan(x: float) -> bool:
-    return isinstance(x, float) and math.isnan(x)
