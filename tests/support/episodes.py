@@ -116,3 +116,11 @@ class ScriptedEnv:
 
     def close(self, state: Any) -> None:
         self.closed += 1
+
+
+class BlockingAsyncEnv(ScriptedEnv):
+    """An ``async def step`` that blocks the event loop with ``time.sleep``."""
+
+    async def step(self, state: Any, action: Action) -> EnvStep:  # type: ignore[override]
+        time.sleep(self.hang_s)
+        return EnvStep((), 0.0, True)

@@ -23,7 +23,7 @@ from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
 from grpo_run.plugins.renderers.hermes import ChatTemplateRenderer, ChatTemplateConfig
 from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer
 from grpo_run.plugins.tools.calculator import CalculatorConfig, CalculatorTool
-from support.episodes import ScriptedEngine, ScriptedEnv, chatml_tokenizer
+from support.episodes import BlockingAsyncEnv, ScriptedEngine, ScriptedEnv, chatml_tokenizer
 
 # The char vocabulary (grpo_run/plugins/models/char_tokenizer.py): pad 0, eos 1, <|user|> 2,
 # <|assistant|> 3, unk 4, then "0".."9" = 5..14, "+" 15, "-" 16, "*" 17, "=" 18, "(" 19, ")" 20,
@@ -214,3 +214,10 @@ def test_traces_show_the_turns_with_their_roles_and_masks(tiny_tokenizer):
 def test_per_turn_rewards_combine(how, expected):
     assert combine_rewards([1.0, 0.5, 2.0], how, discount=0.5) == pytest.approx(expected, abs=1e-12)
     assert combine_rewards([], how) == 0.0
+
+
+def test_an_async_environment_that_blocks_the_event_loop_fails_its_episode_with_the_reason(tiny_tokenizer):
+    engine = ScriptedEngine(tiny_tokenizer, THREE_TURNS, "<|assistant|>")
+    env = BlockingAsyncEnv(hang_s=0.6)
+    with pytest.raises(EpisodeFailed, match=r"environment step held the event loop for 0\.\d s without awaiting"):
+        run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, step_timeout_s=0.3)

@@ -31,6 +31,7 @@ from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
 from grpo_run.core.rollout.episodes import Episode, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
+from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
 
 NAN = math.nan
 
@@ -84,6 +85,7 @@ class EpisodeRunner:
         """Sampling of a turn; ``max_new_tokens`` is the episode's total budget."""
         self.pool = pool if pool is not None else DaemonThreadPool(settings.workers)
         self.batcher = TurnBatcher(engine)
+        self._monitor = StepMonitor()
 
     def close(self) -> None:
         self.pool.close()
@@ -247,9 +249,15 @@ class EpisodeRunner:
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
         limit = self.settings.step_timeout_s
         try:
-            if inspect.iscoroutinefunction(fn):
-                return await asyncio.wait_for(fn(*args), limit)
-            return await self.pool.run(fn, *args, timeout=limit)
+            if not inspect.iscoroutinefunction(fn):
+                return await self.pool.run(fn, *args, timeout=limit)
+            tracked = Tracked(fn(*args), f"environment {what}", self._monitor)
+            result = await asyncio.wait_for(tracked, limit)
+            if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
+                raise EpisodeFailed(
+                    f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "
+                    f"(a blocking call in async def; make it a plain def, which runs on a thread)", timed_out=True)
+            return result
         except asyncio.TimeoutError:
             raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}",
                                 timed_out=True) from None
