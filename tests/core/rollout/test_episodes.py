@@ -219,5 +219,5 @@ def test_per_turn_rewards_combine(how, expected):
 def test_an_async_environment_that_blocks_the_event_loop_fails_its_episode_with_the_reason(tiny_tokenizer):
     engine = ScriptedEngine(tiny_tokenizer, THREE_TURNS, "<|assistant|>")
     env = BlockingAsyncEnv(hang_s=0.6)
-    with pytest.raises(EpisodeFailed, match=r"environment step held the event loop for 0\.\d s without awaiting"):
+    with pytest.raises(EpisodeFailed, match=r"environment step held the event loop for \d+\.\d s without awaiting"):
         run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, step_timeout_s=0.3)
