@@ -29,15 +29,28 @@ from grpo_run.core.plugins.abilities import (
     StreamingEngine,
 )
 from grpo_run.core.plugins.contracts import (
+    Environment,
     GenerationEngine,
     KLEstimator,
     Loss,
     ModelSource,
+    Renderer,
     Sampler,
     Task,
+    Tool,
     Tracker,
     Transform,
     Verifier,
+)
+from grpo_run.core.plugins.episodes import (
+    Action,
+    EnvReset,
+    EnvStep,
+    Message,
+    ParsedTurn,
+    ToolCall,
+    ToolError,
+    ToolSchema,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
 from grpo_run.core.plugins.registry import Registrar
@@ -67,6 +80,17 @@ except _metadata.PackageNotFoundError:  # running from a source tree that is not
     __version__ = "0+unknown"
 
 __all__ = [
+    "Action",
+    "EnvReset",
+    "EnvStep",
+    "Environment",
+    "Message",
+    "ParsedTurn",
+    "Renderer",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolSchema",
     "FINISH_REASON_KEY",
     "NUM_TOKENS_KEY",
     "SOLVED_TOLERANCE",

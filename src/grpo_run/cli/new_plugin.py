@@ -22,7 +22,8 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.families import FAMILIES, family
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*([_-][a-z0-9]+)*$")
-KINDS = tuple(f.key for f in FAMILIES)
+KINDS = tuple(f.key for f in FAMILIES if resources.files("grpo_run.cli").joinpath("plugin_templates", f"{f.key}.py.tmpl").is_file())
+"""Families with a package template (environments, renderers and tools have none yet)."""
 
 EXAMPLE_RUN: dict[str, Any] = {
     "model": {"name_or_path": "tiny-arithmetic"},

@@ -13,6 +13,7 @@ Importing this package does not import torch or transformers; the checks do, whe
 from grpo_run.testing._common import ContractError
 from grpo_run.testing.dispatch import check_component
 from grpo_run.testing.engines import check_engine
+from grpo_run.testing.episodes import check_environment, check_renderer, check_tool
 from grpo_run.testing.learner_parts import check_kl_estimator, check_loss, random_loss_inputs
 from grpo_run.testing.samplers import check_sampler, sample_rows
 from grpo_run.testing.sources import check_model_source, check_task, check_tracker, check_transform
@@ -23,11 +24,14 @@ __all__ = [
     "ContractError",
     "check_component",
     "check_engine",
+    "check_environment",
     "check_kl_estimator",
     "check_loss",
     "check_model_source",
+    "check_renderer",
     "check_sampler",
     "check_task",
+    "check_tool",
     "check_tracker",
     "check_transform",
     "check_verifier",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_run.testing._common import component_name
 from grpo_run.testing.engines import check_engine
+from grpo_run.testing.episodes import check_environment, check_renderer, check_tool
 from grpo_run.testing.learner_parts import check_kl_estimator, check_loss
 from grpo_run.testing.samplers import check_sampler
 from grpo_run.testing.sources import check_model_source, check_task, check_tracker, check_transform
@@ -25,6 +26,9 @@ CHECKS: dict[str, Callable[..., None]] = {
     "model": check_model_source,
     "tracker": check_tracker,
     "transform": check_transform,
+    "environment": check_environment,
+    "renderer": check_renderer,
+    "tool": check_tool,
 }
 """The check of each component family (keys of :data:`grpo_run.core.plugins.families.FAMILIES`)."""
 

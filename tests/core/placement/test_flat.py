@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pickle
 
 import attrs
@@ -48,7 +50,18 @@ def test_sequences_round_trip_exactly() -> None:
     seqs[2] = attrs.evolve(seqs[2], loss_mask=False, advantage=1 / 3)
     encoded = encode_sequences(seqs)
     assert set(encoded) == {"prompt_lengths", "completion_lengths", "tokens", "engine_logprobs", "advantages",
-                            "seq_ids", "loss_mask"}
+                            "seq_ids", "loss_mask", "token_mask"}
     assert all(isinstance(v, np.ndarray) for v in encoded.values())
     assert decode_sequences(encoded) == seqs
     assert decode_sequences(encode_sequences([])) == []
+
+
+def test_episode_masks_and_nan_logprobs_cross_the_transport() -> None:
+    seq = attrs.evolve(make_seqs(1, seed=5)[0], completion_ids=[5, 6, 7, 8, 9], engine_logprobs=[-1.0, -2.0, -3.0, -4.0, -5.0])
+    n = len(seq.completion_ids)
+    mask = tuple(k % 3 != 1 for k in range(n))
+    logprobs = [lp if keep else float("nan") for lp, keep in zip(seq.engine_logprobs, mask)]
+    episode = attrs.evolve(seq, token_mask=mask, engine_logprobs=logprobs)
+    (back,) = decode_sequences(encode_sequences([episode]))
+    assert back.token_mask == mask and back.completion_ids == seq.completion_ids
+    assert [math.isnan(x) for x in back.engine_logprobs] == [not keep for keep in mask]

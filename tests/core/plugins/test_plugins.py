@@ -22,6 +22,11 @@ BUILTINS = {
     ("model", "tiny-arithmetic"),
     ("model", "tiny-random"),
     ("model", "smollm2-135m-instruct"),
+    ("environment", "tools"),
+    ("renderer", "chat-template"),
+    ("renderer", "tiny-chat"),
+    ("tool", "calculator"),
+    ("tool", "python"),
 }
 
 
@@ -118,7 +123,7 @@ def test_every_hook_is_documented():
     from grpo_run.core.plugins import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("grpo_run_")]
-    assert len(hooks) == 12
+    assert len(hooks) == 15
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert "Called" in doc, f"{name} does not say when it is called"

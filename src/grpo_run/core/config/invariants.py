@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_run.core.config.data_rules import DATA_RULES
+from grpo_run.core.config.environment import environment_rules
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
@@ -221,6 +222,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     lora_reference_is_the_base_model,
     lora_trains_in_one_process,
     *PLACEMENT_RULES,
+    environment_rules,
     component_rules,
 )
 """Every cross-section rule, checked in order after structuring. ``kl.beta > 0`` needing a KL

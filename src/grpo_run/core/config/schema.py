@@ -15,6 +15,7 @@ import attrs
 from attrs import validators as v
 
 from grpo_run.core.config.data_sections import DataSection
+from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.config.processes import DistributedSection, LearnerSection
 from grpo_run.core.config.slots import EngineSlot, KLSlot, PluginSlot
 from grpo_run.core.config.validators import non_negative, positive
@@ -374,3 +375,9 @@ class RunConfig:
     """Enabled trackers besides the always-on ``jsonl``: name -> structured ``Config``."""
     learner: LearnerSection = attrs.Factory(LearnerSection)
     distributed: DistributedSection = attrs.Factory(DistributedSection)
+    environment: EnvironmentSlot | None = None
+    """Multi-turn episodes (docs/environments.md); ``None``: single-turn completions."""
+    renderer: PluginSlot | None = None
+    """The chat format of episodes (needed with ``environment``)."""
+    tools: dict[str, Any] = attrs.Factory(dict)
+    """Enabled tools: name -> structured ``Config``; environments receive them by name."""

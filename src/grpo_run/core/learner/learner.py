@@ -34,7 +34,7 @@ from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser
-from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights
+from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.sharding import is_idle
@@ -197,8 +197,11 @@ class Learner:
         alg, kl_cfg = self.spec.algorithm, self.spec.kl
         logprobs, entropy = self._forward(batch, layout)
         mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
+        engine_logprobs = batch.engine_logprobs
+        if alg.use_engine_logprobs_as_old or alg.mismatch_correction != "none":
+            engine_logprobs = sampled_engine_logprobs(engine_logprobs, mask)
         if alg.use_engine_logprobs_as_old:
-            old = batch.engine_logprobs
+            old = engine_logprobs
         elif old is None:
             old = logprobs.detach()
         metrics: dict[str, float] = {}
@@ -212,7 +215,7 @@ class Learner:
         per_token = out.per_token_loss
         if alg.mismatch_correction != "none":
             weights, mismatch_metrics = mismatch_weights(
-                old, batch.engine_logprobs, mask, seq_ids, num_seqs,
+                old, engine_logprobs, mask, seq_ids, num_seqs,
                 alg.mismatch_correction, alg.mismatch_upper, alg.mismatch_lower,
             )
             per_token = per_token * weights

@@ -48,6 +48,19 @@ def broadcast_to_tokens(per_seq: torch.Tensor, mask: torch.Tensor, seq_ids: torc
     return torch.where(mask, values, torch.zeros_like(values))
 
 
+def sampled_engine_logprobs(engine_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``engine_logprobs`` where ``mask``, 0 elsewhere; a NaN on a loss token -- a token the engine
+    did not sample, such as an environment message -- raises instead of reaching a ratio."""
+    on_loss = engine_logprobs[mask]
+    if bool(torch.isnan(on_loss).any()):
+        raise RuntimeError(
+            f"{int(torch.isnan(on_loss).sum())} loss tokens have no engine log-prob (environment tokens "
+            "trained with environment.train_on_env_tokens): they cannot be used as old log-probs or "
+            "for the mismatch correction"
+        )
+    return torch.where(mask, engine_logprobs, torch.zeros_like(engine_logprobs))
+
+
 def mismatch_weights(
     old_logprobs: torch.Tensor,
     engine_logprobs: torch.Tensor,

@@ -23,7 +23,9 @@ from grpo_run.core.placement.learner_group import LearnerGroup
 from grpo_run.core.placement.select import Placement, build_placement
 from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.contracts import GenerationEngine, Sampler, Tracker
-from grpo_run.core.plugins.families import ENGINE, KL, LOSS, MODEL, SAMPLER, TRACKER, VERIFIER
+from grpo_run.core.plugins.families import (
+    ENGINE, ENVIRONMENT, KL, LOSS, MODEL, RENDERER, SAMPLER, TOOL, TRACKER, VERIFIER,
+)
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.core.plugins.types import EngineContext, SamplingParams
@@ -57,6 +59,7 @@ class RunParts:
 
     def close(self) -> None:
         closers = [self.scorer.close, self.engine.close, self.learner.close]
+        closers += [self.producer.close] if hasattr(self.producer, "close") else []
         for closer in closers + ([self.placement.close] if self.placement is not None else []):
             try:
                 closer()
@@ -169,19 +172,46 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    producer = RolloutProducer(sampler, engine, scorer, encoder, params, r.num_unique_prompts_rollout,
-                               seed=cfg.run.seed)
+    producer = build_producer(cfg, registry, tokenizer, sampler, engine, scorer, encoder, params)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
     evaluator = Evaluator(
         engine, scorer, prompts.eval, r.response_length, r.stop_strings,
         num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces, seed=cfg.run.seed,
+        episodes=getattr(producer, "runner", None),
     ) if prompts.eval else None
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=learner.num_parameters)
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
                     producer, evaluator, traces, placement)
+
+
+def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, sampler: Sampler,
+                   engine: GenerationEngine, scorer: RewardScorer, encoder: PromptEncoder,
+                   params: SamplingParams) -> RolloutProducer:
+    """The single-turn producer, or with ``[environment]`` the episode producer."""
+    num_prompts = cfg.rollout.num_unique_prompts_rollout
+    env = cfg.environment
+    if env is None:
+        return RolloutProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed)
+    from grpo_run.core.rollout.episode_producer import EpisodeProducer
+    from grpo_run.core.rollout.episode_runner import EpisodeRunner
+    from grpo_run.core.scoring.metrics import ErrorRateGuard
+
+    assert cfg.renderer is not None  # an invariant
+    tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
+    try:
+        environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
+    except ValueError as exc:
+        raise UserError(f"environment {env.name!r}: {exc}") from None
+    renderer = registry.get(RENDERER, cfg.renderer.name)(cfg.renderer.config, tokenizer)
+    runner = EpisodeRunner(environment, renderer, engine, env, params)
+    sc = cfg.scoring
+    guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
+                           what="environment")
+    return EpisodeProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed,
+                           runner=runner, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.loop.trace_records import CompletionTrace
-from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.loop.traces import TraceWriter, episode_spans
 from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
 from grpo_run.core.rollout.seeds import eval_seed
+from grpo_run.core.rollout.episode_runner import EpisodeRunner
+from grpo_run.core.rollout.episodes import Episode, derive_seed, failed_episode
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 
@@ -50,6 +53,7 @@ class Evaluator:
         temperature: float = 1.0,
         traces: TraceWriter | None = None,
         seed: int | None = None,
+        episodes: EpisodeRunner | None = None,
     ) -> None:
         self.engine = engine
         self.scorer = scorer
@@ -61,11 +65,15 @@ class Evaluator:
         self.traces = traces
         self.seed = seed
         """The run's seed: the sampled evaluation after step ``k`` is seeded from it and ``k``."""
+        self.episodes = episodes
+        """With an ``[environment]``: the greedy completion of a row is a greedy episode, scored on
+        its last turn by the verifiers (environment rewards are not added); pass@k stays
+        single-turn."""
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
         rows = self.rows
-        greedy = [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+        greedy = await self._greedy(rows)
         scored = await self._score(rows, greedy)
         n = max(1, len(rows))
         metrics = {
@@ -88,6 +96,13 @@ class Evaluator:
         if self.traces is not None and self.traces.enabled:
             self.traces.write("eval", step, traces)
         return metrics
+
+    async def _greedy(self, rows: Sequence[PromptRow]) -> list[Any]:
+        if self.episodes is None:
+            return [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+        seeds = [derive_seed("eval", r.get("id", i)) for i, r in enumerate(rows)]
+        results = await self.episodes.run_many(rows, seeds, self.params)
+        return [r if isinstance(r, Episode) else failed_episode() for r in results]
 
     async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
         return await self.scorer.score(
@@ -125,5 +140,6 @@ class Evaluator:
                     max_reward=s.max_reward, solved=is_solved(s.reward, s.max_reward), scores=dict(s.scores),
                     finish_reason=comp.finish_reason, num_tokens=len(comp.token_ids),
                     policy_version=comp.policy_version, greedy=greedy,
+                    turns=episode_spans(comp, self.traces.decode) if isinstance(comp, Episode) else None,
                 ))
         return out

@@ -46,12 +46,20 @@ class CompletionTrace:
     """Its group was dropped for zero reward spread, so it was not trained on (train only)."""
     greedy: bool = False
     """The greedy completion (eval); otherwise one of the ``eval.num_samples`` sampled ones."""
+    turns: tuple[Mapping[str, Any], ...] | None = None
+    """An episode's ids after its prompt, as spans ``{"segment", "role", "trained", "text"}``:
+    ``role`` ``"assistant"`` (sampled) or ``"environment"`` (bridge ids), ``trained`` whether the
+    span counts in the loss. ``None`` for a single-turn completion."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (ground truths that JSON cannot hold become strings)."""
         record = attrs.asdict(self, recurse=False)
         record["scores"] = dict(self.scores)
         record["ground_truth"] = _jsonable(self.ground_truth)
+        if self.turns is None:
+            del record["turns"]
+        else:
+            record["turns"] = [dict(t) for t in self.turns]
         return record
 
 

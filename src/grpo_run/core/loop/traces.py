@@ -18,6 +18,7 @@ from typing import Any
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.observers import StepEvent
 from grpo_run.core.loop.trace_records import CompletionTrace
+from grpo_run.core.rollout.episodes import Episode
 from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.types import is_solved
 from grpo_run.core.runlog import get_logger
@@ -110,8 +111,23 @@ def train_traces(event: StepEvent, decode: Decode) -> list[CompletionTrace]:
                 policy_version=comp.policy_version,
                 advantage=None if signal is None else float(signal.advantages[gi, ci]),
                 filtered=not kept,
+                turns=episode_spans(comp, decode) if isinstance(comp, Episode) else None,
             ))
     return out
+
+
+def episode_spans(episode: Episode, decode: Decode) -> tuple[dict[str, object], ...]:
+    """An episode's completion ids as runs of one role and one mask, decoded."""
+    spans: list[dict[str, object]] = []
+    for k, seg in enumerate(episode.segments):
+        mask = seg.loss_mask(episode.train_on_env_tokens)
+        start = 0
+        for i in range(1, len(seg.completion_ids) + 1):
+            if i == len(seg.completion_ids) or (seg.roles[i], mask[i]) != (seg.roles[start], mask[start]):
+                spans.append({"segment": k, "role": seg.roles[start], "trained": bool(mask[start]),
+                              "text": decode(seg.completion_ids[start:i])})
+                start = i
+    return tuple(spans)
 
 
 class RolloutTraces:

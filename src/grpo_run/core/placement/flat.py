@@ -95,6 +95,11 @@ def encode_sequences(seqs: Sequence[SequenceToPack]) -> dict[str, np.ndarray]:
         "advantages": np.array([s.advantage for s in seqs], dtype=np.float64),
         "seq_ids": np.array([s.seq_id for s in seqs], dtype=np.int64),
         "loss_mask": np.array([s.loss_mask for s in seqs], dtype=np.bool_),
+        # Per-token masks of episode sequences (all true for a single-turn completion).
+        "token_mask": np.array(
+            [m for s in seqs for m in (s.token_mask if s.token_mask is not None else (True,) * len(s.completion_ids))],
+            dtype=np.bool_,
+        ),
     }
 
 
@@ -103,6 +108,7 @@ def decode_sequences(data: Mapping[str, np.ndarray]) -> list[SequenceToPack]:
     seqs = []
     tokens = data["tokens"].tolist()
     logprobs = data["engine_logprobs"].tolist()
+    token_mask = data["token_mask"].tolist() if "token_mask" in data else None
     at, at_lp = 0, 0
     for i, (p, c) in enumerate(zip(data["prompt_lengths"].tolist(), data["completion_lengths"].tolist())):
         seqs.append(
@@ -113,8 +119,16 @@ def decode_sequences(data: Mapping[str, np.ndarray]) -> list[SequenceToPack]:
                 engine_logprobs=logprobs[at_lp : at_lp + c],
                 seq_id=int(data["seq_ids"][i]),
                 loss_mask=bool(data["loss_mask"][i]),
+                token_mask=_token_mask(token_mask, at_lp, c),
             )
         )
         at += p + c
         at_lp += c
     return seqs
+
+
+def _token_mask(flat: list[bool] | None, start: int, count: int) -> tuple[bool, ...] | None:
+    if flat is None:
+        return None
+    mask = tuple(flat[start : start + count])
+    return None if all(mask) else mask

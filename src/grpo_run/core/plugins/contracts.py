@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, Message, ParsedTurn, ToolSchema
 from grpo_run.core.plugins.types import (
     Completion,
     EngineContext,
@@ -212,3 +213,85 @@ class Tracker(Protocol):
     def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A callable the model may use in an episode, described by a JSON schema.
+
+    Enabled with a ``[tools.<name>]`` table; environments receive the enabled tools by name.
+    ``__call__`` is synchronous: the episode runner calls it on a bounded thread pool, never on the
+    event loop, under ``environment.step_timeout_s``. A bad call raises :class:`grpo_run.ToolError`
+    (its message goes back to the model); the result is the tool's answer as text.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any) -> None: ...
+
+    def schema(self) -> ToolSchema:
+        """The tool in OpenAI function form (``{"type": "function", "function": {...}}``)."""
+        ...
+
+    def __call__(self, arguments: Mapping[str, Any]) -> str: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A multi-turn episode: opening messages, then a reply to each assistant turn.
+
+    ``reset`` and ``step`` are plain methods or ``async def``; plain ones run on the episode
+    runner's bounded thread pool (never on the event loop), each under a timeout. The same
+    ``row`` and ``seed`` must give the same initial state: the G samples of a group share it.
+
+    Optional members the runner calls when present: ``finish(state) -> float`` (a final reward,
+    added to the combined per-turn rewards) and ``close(state)`` (always called, also after an
+    error or a timeout). Raising in any of them drops the episode (counted; the run goes on).
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any, tools: Mapping[str, Tool]) -> None: ...
+
+    def reset(self, row: Mapping[str, Any], seed: int) -> EnvReset: ...
+
+    def step(self, state: Any, action: Action) -> EnvStep: ...
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    """Owns the chat format of episodes: messages to token ids, token ids to a parsed turn.
+
+    Token-in/token-out: the runner never re-tokenises a conversation; it appends the sampled ids
+    and the ids ``bridge`` returns for environment messages.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any, tokenizer: Any) -> None: ...
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> list[int]:
+        """The prompt ids of ``messages`` (with ``tools`` offered), ending with the assistant opener."""
+        ...
+
+    def parse(self, token_ids: Sequence[int]) -> ParsedTurn:
+        """Read one sampled assistant turn (end-of-turn token included when it stopped)."""
+        ...
+
+    def bridge(
+        self, messages: Sequence[Message], new_messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> list[int] | None:
+        """The ids to append after a conversation whose last message is a sampled assistant turn
+        that ended with the end-of-turn token: ``new_messages`` and the next assistant opener.
+
+        ``None`` when that cannot be proven to equal a fresh render of the whole conversation
+        (the template is not prefix-preserving): the runner then starts a new segment.
+        """
+        ...
+
+    def end_of_turn_ids(self) -> list[int]:
+        """The ids that close an assistant turn (appended, masked, after a turn stopped otherwise)."""
+        ...

@@ -13,12 +13,15 @@ from typing import Generic, TypeVar
 import attrs
 
 from grpo_run.core.plugins.contracts import (
+    Environment,
     GenerationEngine,
     KLEstimator,
     Loss,
     ModelSource,
+    Renderer,
     Sampler,
     Task,
+    Tool,
     Tracker,
     Transform,
     Verifier,
@@ -59,7 +62,13 @@ TRACKER = Family[Tracker]("tracker", Tracker, "grpo_run_register_trackers", "tra
 TRANSFORM = Family[Transform]("transform", Transform, "grpo_run_register_transforms", None)
 """Row transforms are chosen per data source (``[[data.train]] transform = ...``), not by a slot."""
 
-FAMILIES: tuple[Family, ...] = (VERIFIER, LOSS, KL, SAMPLER, ENGINE, TASK, MODEL, TRACKER, TRANSFORM)
+ENVIRONMENT = Family[Environment]("environment", Environment, "grpo_run_register_environments", "environment")
+RENDERER = Family[Renderer]("renderer", Renderer, "grpo_run_register_renderers", "renderer")
+TOOL = Family[Tool]("tool", Tool, "grpo_run_register_tools", "tools", many=True)
+
+FAMILIES: tuple[Family, ...] = (
+    VERIFIER, LOSS, KL, SAMPLER, ENGINE, TASK, MODEL, TRACKER, TRANSFORM, ENVIRONMENT, RENDERER, TOOL,
+)
 """Every family the engine knows, in the order ``grpo-run plugins`` lists them."""
 
 _BY_KEY = {family.key: family for family in FAMILIES}

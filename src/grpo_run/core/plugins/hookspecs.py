@@ -121,6 +121,39 @@ def grpo_run_register_transforms(register: Registrar) -> None:
     """
 
 
+@hookspec
+def grpo_run_register_environments(register: Registrar) -> None:
+    """Register multi-turn environments (contract: :class:`grpo_run.Environment`).
+
+    :param register: call ``register(cls)`` for each environment class; its ``name`` becomes a
+        value accepted by ``[environment] name``.
+
+    Called once, when the plugin manager is built, before any config is read.
+    """
+
+
+@hookspec
+def grpo_run_register_renderers(register: Registrar) -> None:
+    """Register chat-format renderers for episodes (contract: :class:`grpo_run.Renderer`).
+
+    :param register: call ``register(cls)`` for each renderer class; its ``name`` becomes a value
+        accepted by ``[renderer] name``.
+
+    Called once, when the plugin manager is built, before any config is read.
+    """
+
+
+@hookspec
+def grpo_run_register_tools(register: Registrar) -> None:
+    """Register tools environments may offer (contract: :class:`grpo_run.Tool`).
+
+    :param register: call ``register(cls)`` for each tool class; a ``[tools.<name>]`` table
+        enables it.
+
+    Called once, when the plugin manager is built, before any config is read.
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Lifecycle: observers of a training run. Exceptions raised here are logged and counted;
 # they never stop the run. Return values: ignored.

@@ -8,6 +8,12 @@ at position ``t`` of a per-token tensor belongs to the token ``input_ids[t]`` --
 ``log p(input_ids[t] | earlier tokens of the same sequence)``, computed from the logits at ``t - 1``.
 So completion token ``k`` of a sequence sits at ``start + len(prompt_ids) + k`` in its row, and
 ``completion_mask``, ``advantages`` and ``engine_logprobs`` are set at exactly those positions.
+
+Positions outside ``completion_mask`` (prompt, padding, an episode's environment tokens) hold 0 in
+``advantages`` and ``engine_logprobs``: the NaN log-probs an episode gives tokens the engine did
+not sample never enter a packed row. A NaN *on* a loss token (environment tokens trained with
+``environment.train_on_env_tokens``) stays NaN, and the learner refuses to read it as an engine
+log-prob (:func:`grpo_run.core.learner.offpolicy.sampled_engine_logprobs`).
 """
 
 from __future__ import annotations
@@ -35,9 +41,19 @@ class SequenceToPack:
     """Caller's identifier of the sequence (kept in :attr:`PackedBatch.source_seq_ids`)."""
     loss_mask: bool = True
     """Whether the completion tokens count in the loss (False: packed, but masked out)."""
+    token_mask: tuple[bool, ...] | None = None
+    """Per completion token, whether it counts in the loss (``None``: all do). An episode's
+    environment messages and the template scaffolding around them are false: the engine did not
+    sample them, and their ``engine_logprobs`` are NaN."""
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
+
+    def token_loss_mask(self) -> tuple[bool, ...]:
+        """Whether each completion token counts in the loss (``loss_mask`` and ``token_mask``)."""
+        if not self.loss_mask:
+            return (False,) * len(self.completion_ids)
+        return self.token_mask if self.token_mask is not None else (True,) * len(self.completion_ids)
 
 
 @attrs.frozen(eq=False)
@@ -128,6 +144,11 @@ def _check(seqs: Sequence[SequenceToPack], pack_length: int) -> None:
                 f"sequence {s.seq_id} has {len(s.completion_ids)} completion tokens but "
                 f"{len(s.engine_logprobs)} engine log-probs"
             )
+        if s.token_mask is not None and len(s.token_mask) != len(s.completion_ids):
+            raise ValueError(
+                f"sequence {s.seq_id} has {len(s.completion_ids)} completion tokens but a token mask of "
+                f"{len(s.token_mask)}"
+            )
         if len(s) > pack_length:
             raise ValueError(
                 f"sequence {s.seq_id} has {len(s)} tokens ({len(s.prompt_ids)} prompt + "
@@ -199,9 +220,15 @@ def pack_sequences(
             sid_r += [i] * n
             # Completion token k lands at start + p + k; its log-prob comes from the logits at the
             # position before it, so the prompt's last token predicts the first completion token.
-            cmask_r += [False] * p + [s.loss_mask] * c
-            adv_r += [0.0] * p + [s.advantage if s.loss_mask else 0.0] * c
-            elp_r += [0.0] * p + (list(s.engine_logprobs) if s.loss_mask else [0.0] * c)
+            if s.token_mask is None:
+                cmask_r += [False] * p + [s.loss_mask] * c
+                adv_r += [0.0] * p + [s.advantage if s.loss_mask else 0.0] * c
+                elp_r += [0.0] * p + (list(s.engine_logprobs) if s.loss_mask else [0.0] * c)
+            else:  # an episode: tokens the engine did not sample stay out (their NaN log-probs too)
+                keep = s.token_loss_mask()
+                cmask_r += [False] * p + list(keep)
+                adv_r += [0.0] * p + [s.advantage if k else 0.0 for k in keep]
+                elp_r += [0.0] * p + [lp if k else 0.0 for lp, k in zip(s.engine_logprobs, keep)]
         pad = width - len(ids_r)
         ids.append(ids_r + [pad_token_id] * pad)
         pos.append(pos_r + [0] * pad)

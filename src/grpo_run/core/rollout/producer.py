@@ -118,7 +118,7 @@ class RolloutProducer:
         params = self.params
         if self.seed is not None:
             params = attrs.evolve(params, seed=train_seed(self.seed, clock.index, round_))
-        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids, params))
+        feeder = asyncio.create_task(self._generate_into(arrived, prompt_ids, rows, clock, params))
         groups: dict[int, RolloutGroup] = {}
         generated: float | None = None
         try:
@@ -145,8 +145,13 @@ class RolloutProducer:
                 feeder.cancel()
                 await asyncio.gather(feeder, return_exceptions=True)
 
-    async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]], params: SamplingParams) -> None:
-        """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``."""
+    async def _generate_into(
+        self, arrived: asyncio.Queue, prompt_ids: list[list[int]], rows: Sequence[Mapping[str, Any]], clock: _BatchClock,
+        params: SamplingParams,
+    ) -> None:
+        """Put ``(prompt_index, completions)`` on ``arrived`` as groups finish, then ``None``
+        (``rows`` and ``clock``: for producers that generate otherwise, such as episodes; ``params``
+        carry this round's sampling seed)."""
         try:
             if isinstance(self.engine, StreamingEngine):
                 async for i, comps in self.engine.generate_stream(prompt_ids, params):

@@ -12,6 +12,7 @@ import torch
 from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread
 from grpo_run.core.plugins.types import Completion, is_solved
 from grpo_run.core.config.schema import AlgorithmSection
+from grpo_run.core.rollout.episodes import Episode
 from grpo_run.core.rollout.packing import SequenceToPack
 
 
@@ -89,6 +90,9 @@ def build_sequences(
             if not comp.token_ids:
                 continue
             loss_mask = not (alg.mask_truncated_completions and comp.finish_reason != "stop")
+            if isinstance(comp, Episode):  # every segment trains with the episode's advantage
+                seqs.extend(episode_sequences(comp, float(advantages[gi, ci]), loss_mask, first_id=len(seqs)))
+                continue
             seqs.append(
                 SequenceToPack(
                     prompt_ids=list(group.prompt_ids),
@@ -119,3 +123,21 @@ def build_sequences(
         "advantage/abs_mean": float(advantages[keep].abs().mean()) if keep.any() else 0.0,
     }
     return seqs, metrics
+
+
+def episode_sequences(episode: Episode, advantage: float, loss_mask: bool, first_id: int) -> list[SequenceToPack]:
+    """One sequence per segment of ``episode``: its ids, NaN log-probs on ids the engine did not
+    sample, and a per-token mask that keeps those out of the loss (unless trained on)."""
+    return [
+        SequenceToPack(
+            prompt_ids=list(seg.prompt_ids),
+            completion_ids=list(seg.completion_ids),
+            advantage=advantage,
+            engine_logprobs=list(seg.logprobs),
+            seq_id=first_id + k,
+            loss_mask=loss_mask,
+            token_mask=seg.loss_mask(episode.train_on_env_tokens),
+        )
+        for k, seg in enumerate(episode.segments)
+        if seg.completion_ids
+    ]

@@ -148,7 +148,9 @@ class ErrorRateGuard:
     verifier, once it has had at least ``min_calls``, an error-or-timeout rate above
     ``max_error_rate`` raises :class:`RunError` from :meth:`check`. ``max_error_rate = 1`` disables it."""
 
-    def __init__(self, max_error_rate: float, window: int, min_calls: int) -> None:
+    def __init__(self, max_error_rate: float, window: int, min_calls: int, *, what: str = "verifier") -> None:
+        """``what``: the kind of thing guarded, as messages name it (``"environment"`` for episodes)."""
+        self.what = what
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
         if not 1 <= min_calls <= window:
@@ -179,8 +181,8 @@ class ErrorRateGuard:
             if rate > self.max_error_rate:
                 row_id, error = self._last_error[verifier]
                 raise RunError(
-                    f"verifier {verifier!r} failed {sum(failed)} of its last {len(failed)} calls "
+                    f"{self.what} {verifier!r} failed {sum(failed)} of its last {len(failed)} calls "
                     f"({rate:.0%}, above scoring.max_error_rate = {self.max_error_rate:g}); "
-                    f"last error (row {row_id!r}): {error}. Fix the verifier, its config or the data, "
+                    f"last error (row {row_id!r}): {error}. Fix the {self.what}, its config or the data, "
                     f"or raise scoring.max_error_rate (1.0 disables this check)"
                 )

@@ -1,0 +1,73 @@
+"""The ``[environment]`` slot (multi-turn episodes) and its cross-section rules.
+
+``name`` and the budgets, timeouts and reward settings below are core keys of the table; every
+other key configures the chosen environment. ``[renderer]`` chooses the chat format and
+``[tools.<name>]`` tables enable tools (see docs/environments.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+from attrs import validators as v
+
+from grpo_run.core.config.slots import PluginSlot
+from grpo_run.core.config.validators import positive
+
+if TYPE_CHECKING:
+    from grpo_run.core.config.formatting import ConfigIssue
+    from grpo_run.core.config.schema import RunConfig
+
+
+@attrs.frozen
+class EnvironmentSlot(PluginSlot):
+    """The environment episodes run in; without this table rollouts are single-turn."""
+
+    max_turns: int = attrs.field(default=4, validator=positive, kw_only=True)
+    """Assistant turns per episode at most."""
+    max_tokens_per_turn: int | None = attrs.field(default=None, validator=v.optional(positive), kw_only=True)
+    """New tokens per assistant turn at most (default: ``rollout.response_length``). The episode's
+    sampled *and* environment tokens together stay within ``rollout.response_length``."""
+    max_tool_output_chars: int = attrs.field(default=2000, validator=positive, kw_only=True)
+    """Characters kept of each environment message (the rest is cut, with a note)."""
+    step_timeout_s: float = attrs.field(default=30.0, validator=v.gt(0.0), kw_only=True)
+    """Limit of one ``reset``/``step``/``finish`` call; an overrun drops the episode."""
+    episode_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0), kw_only=True)
+    """Limit of a whole episode (generation included); an overrun drops the episode."""
+    reward_combination: Literal["last", "sum", "discounted"] = attrs.field(default="sum", kw_only=True)
+    """How per-turn rewards combine: the last turn's, their sum, or ``sum(discount**t * r_t)``.
+    The row's verifiers (scoring the last turn's text) and ``finish`` add to it."""
+    discount: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)], kw_only=True)
+    """Per-turn discount of ``reward_combination = "discounted"``."""
+    train_on_env_tokens: bool = attrs.field(default=False, kw_only=True)
+    """Count environment messages and template scaffolding in the loss (Open Instruct's
+    ``mask_tool_use = false``); off: only sampled tokens train."""
+    workers: int = attrs.field(default=4, validator=positive, kw_only=True)
+    """Threads that run synchronous environment code (never the event loop)."""
+
+
+def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
+    """An environment needs a renderer; trained environment tokens have no engine log-probs."""
+    from grpo_run.core.config.formatting import ConfigIssue  # formatting imports the schema, which imports us
+
+    env = cfg.environment
+    if env is None:
+        if cfg.renderer is not None:
+            return [ConfigIssue("renderer", "is only used with an [environment] table; add one or remove [renderer]")]
+        return []
+    issues = []
+    if cfg.renderer is None:
+        issues.append(ConfigIssue(
+            "renderer", 'an [environment] needs a [renderer] table naming the chat format, e.g. name = "chat-template"'))
+    if env.max_tokens_per_turn is not None and env.max_tokens_per_turn > cfg.rollout.response_length:
+        issues.append(ConfigIssue(
+            "environment.max_tokens_per_turn",
+            f"must be <= rollout.response_length ({cfg.rollout.response_length}), got {env.max_tokens_per_turn}"))
+    alg = cfg.algorithm
+    if env.train_on_env_tokens and (alg.use_engine_logprobs_as_old or alg.mismatch_correction != "none"):
+        issues.append(ConfigIssue(
+            "environment.train_on_env_tokens",
+            "cannot be combined with algorithm.use_engine_logprobs_as_old or algorithm.mismatch_correction: "
+            "environment tokens have no engine log-probs"))
+    return issues

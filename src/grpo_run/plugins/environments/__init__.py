@@ -1,0 +1,13 @@
+"""Built-in environments plugin (registered through the grpo_run entry point 'environments')."""
+
+from __future__ import annotations
+
+from grpo_run import Registrar, hookimpl
+from grpo_run.plugins.environments.tools import ToolsEnvironment
+
+
+@hookimpl
+def grpo_run_register_environments(register: Registrar) -> None:
+    """Register the built-in environments."""
+    for environment in (ToolsEnvironment,):
+        register(environment)

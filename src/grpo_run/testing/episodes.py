@@ -1,0 +1,130 @@
+"""``check_tool``, ``check_environment`` and ``check_renderer``: the parts of multi-turn episodes."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from grpo_run.testing._common import Reporter, check_class, default_config, run_sync, short
+
+
+def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        async def wait() -> Any:
+            return await value
+        return run_sync(wait())
+    return value
+
+
+def check_tool(cls: type, config: Any = None, *, cases: Sequence[tuple[Mapping[str, Any], str | None]] = ()) -> None:
+    """Check a tool class; :class:`AssertionError` naming the check.
+
+    * **schema**: ``schema()`` is an OpenAI function (``type = "function"``, ``function.name`` equal
+      to the class's ``name``, ``parameters`` an object schema) and JSON-serialisable;
+    * **cases**: each ``(arguments, expected)`` returns the string ``expected``, or raises
+      :class:`grpo_run.ToolError` when ``expected`` is ``None``;
+    * **bad arguments**: an empty argument object raises ``ToolError`` or returns a string, never
+      another exception (a model's mistake must go back to it as a message).
+    """
+    from grpo_run import ToolError
+
+    report = Reporter("tool", cls)
+    check_class(cls, "tool", report)
+    tool = cls(default_config(cls, config, report))
+    schema = tool.schema()
+    function = schema.get("function") if isinstance(schema, Mapping) else None
+    if not isinstance(function, Mapping) or schema.get("type") != "function":
+        raise report.fail("schema", f"expected {{'type': 'function', 'function': {{...}}}}, got {short(schema, 200)}")
+    if function.get("name") != cls.name:
+        raise report.fail("schema", f"function.name is {function.get('name')!r}, not the tool's name {cls.name!r}")
+    if not isinstance(function.get("parameters"), Mapping) or function["parameters"].get("type") != "object":
+        raise report.fail("schema", "function.parameters must be a JSON schema of type 'object'")
+    try:
+        json.dumps(schema)
+    except TypeError as exc:
+        raise report.fail("schema", f"not JSON-serialisable: {exc}") from None
+    for arguments, expected in cases:
+        try:
+            got = tool(arguments)
+        except ToolError as exc:
+            if expected is not None:
+                raise report.fail("cases", f"{short(arguments, 120)} raised ToolError({exc}), expected {expected!r}") from None
+            continue
+        if expected is None or got != expected:
+            raise report.fail("cases", f"{short(arguments, 120)} returned {short(got, 120)}, expected "
+                                       f"{'a ToolError' if expected is None else repr(expected)}")
+    try:
+        got = tool({})
+    except ToolError:
+        pass
+    except Exception as exc:
+        raise report.fail("bad arguments", f"{{}} raised {type(exc).__name__}: {exc}; raise grpo_run.ToolError") from None
+    else:
+        if not isinstance(got, str):
+            raise report.fail("bad arguments", f"{{}} returned {type(got).__name__}, not a string")
+
+
+def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any] | None = None,
+                      row: Mapping[str, Any] | None = None, reply: str = "hello") -> None:
+    """Check an environment class with one scripted turn.
+
+    * **reset**: returns a :class:`grpo_run.EnvReset` whose messages are role/content mappings and
+      whose tools are OpenAI function schemas;
+    * **same seed, same start**: two resets with the same row and seed give equal messages;
+    * **step**: a turn ``reply`` gives a :class:`grpo_run.EnvStep` with a finite reward and
+      role/content messages; ``close`` (when defined) accepts the state.
+    """
+    import math
+
+    from grpo_run import Action, EnvReset, EnvStep, ParsedTurn
+
+    report = Reporter("environment", cls)
+    check_class(cls, "environment", report)
+    env = cls(default_config(cls, config, report), dict(tools or {}))
+    row = row if row is not None else {"id": "r0", "messages": [{"role": "user", "content": "1+1"}], "ground_truth": "2"}
+    first, second = (_maybe_await(env.reset(row, 7)) for _ in range(2))
+    if not isinstance(first, EnvReset):
+        raise report.fail("reset", f"returned {short(first, 120)}, not a grpo_run.EnvReset")
+    if [dict(m) for m in first.messages] != [dict(m) for m in second.messages]:
+        raise report.fail("same seed, same start", "two resets with the same row and seed gave different messages")
+    for m in first.messages:
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise report.fail("reset", f"message {short(m, 120)} needs a string role and content")
+    step = _maybe_await(env.step(first.state, Action(ParsedTurn(reply), "stop", 0)))
+    if not isinstance(step, EnvStep) or not math.isfinite(float(step.reward)):
+        raise report.fail("step", f"returned {short(step, 120)}, not an EnvStep with a finite reward")
+    for m in step.messages:
+        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
+            raise report.fail("step", f"message {short(m, 120)} needs string content")
+    closer = getattr(env, "close", None)
+    if callable(closer):
+        _maybe_await(closer(step.state if step.state is not None else first.state))
+
+
+def check_renderer(cls: type, tokenizer: Any, config: Any = None) -> None:
+    """Check a renderer class against ``tokenizer``.
+
+    * **render**: a user message renders to a non-empty list of ints;
+    * **parse**: a plain turn (its ids closed by ``end_of_turn_ids()``) parses to its text with no
+      tool calls and no parse error;
+    * **bridge**: for a tool answer after that turn, either ``None`` or ids such that the prompt,
+      the turn and the bridge equal a fresh ``render`` of the whole conversation.
+    """
+    report = Reporter("renderer", cls)
+    check_class(cls, "renderer", report)
+    renderer = cls(default_config(cls, config, report), tokenizer)
+    messages = [{"role": "user", "content": "1+1"}]
+    prompt = renderer.render(messages, [])
+    if not prompt or not all(isinstance(i, int) for i in prompt):
+        raise report.fail("render", f"returned {short(prompt, 120)}, not a non-empty list of ids")
+    turn_ids = list(tokenizer("2", add_special_tokens=False)["input_ids"]) + list(renderer.end_of_turn_ids())
+    turn = renderer.parse(turn_ids)
+    if turn.text != "2" or turn.tool_calls or turn.parse_error:
+        raise report.fail("parse", f"the turn '2' parsed to {turn!r}")
+    conversation = [*messages, turn.message()]
+    new = [{"role": "tool", "content": "ok"}]
+    bridge = renderer.bridge(conversation, new, [])
+    if bridge is not None and prompt + turn_ids + list(bridge) != renderer.render([*conversation, *new], []):
+        raise report.fail("bridge", "prompt + turn + bridge differs from a fresh render of the conversation")
