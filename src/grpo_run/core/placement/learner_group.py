@@ -223,9 +223,9 @@ class RankedLearnerGroup:
             verdict = self._monitor.check([i for i, f in enumerate(futures) if not f.done()])
             if verdict is not None:
                 why, hung = verdict
+                names = ", ".join(self.workers[i].describe() for i in hung)  # before the kill changes it
                 for worker in self.workers:
                     worker.kill()
-                names = ", ".join(self.workers[i].describe() for i in hung)
                 self._broken = f"{names} {why} during {method} ({step_label})"
                 get_logger().error("learner_rank_hung", ranks=hung, method=method, step=step_label, reason=why)
                 raise RunError(f"{self._broken}; the run stops (checkpoints written before are intact)")
