@@ -123,3 +123,15 @@ def test_a_key_given_as_api_key_env_is_refused_without_repeating_it(tmp_path, ca
     err = " ".join(capsys.readouterr().err.split())
     assert "api_key_env must be the name of the environment variable that holds the key" in err
     assert "hf_A... looks like a key itself" in err and key not in err
+
+
+def test_console_warnings_mask_a_token_the_hub_quotes_back(monkeypatch, capsys):
+    from grpo_run.core.loop.progress import RunProgress
+
+    monkeypatch.setenv("HF_TOKEN", "hf_RealTokenValue0123456789")
+    progress = RunProgress(3, enabled=False)
+    progress.warning("push to the hub failed: 401 Unauthorized for token hf_RealTokenValue0123456789")
+    progress.message("a URL https://bob:pw-secret-1@hub.example/x")
+    err = capsys.readouterr().err
+    assert "hf_RealTokenValue0123456789" not in err and "pw-secret-1" not in err
+    assert "401 Unauthorized for token hf_R***" in err and "https://bob:***@hub.example/x" in err

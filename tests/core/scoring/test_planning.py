@@ -61,3 +61,7 @@ def test_calls_take_the_rows_in_turns_so_a_hung_verifier_times_out_on_different_
     assert [calls[i].row["id"] for i in order] == list("abcaba")
     assert order == [0, 3, 5, 1, 4, 2]  # each row's own calls keep their order
     assert interleave_rows(calls, [1, 2, 4]) == [1, 4, 2]
+    # Another verifier's call on a row is its own first turn, not the row's second.
+    both = [VerifierCall("v", "0", None, rows["a"]), VerifierCall("w", "0", None, rows["a"]),
+            VerifierCall("w", "1", None, rows["b"])]
+    assert interleave_rows(both, range(3)) == [0, 1, 2]

@@ -49,14 +49,14 @@ def plan_row(
 
 
 def interleave_rows(calls: Sequence[VerifierCall], indices: Sequence[int]) -> list[int]:
-    """``indices`` in turns: the first call on each row, then the second on each row, and so on
-    (a batch holds the G samples of each prompt one after another). A hung verifier then times
-    out on different rows first, and the timeout guard stops it after about
+    """``indices`` in turns: each verifier's first call on each row, then its second on each row,
+    and so on (a batch holds the G samples of each prompt one after another). A hung verifier then
+    times out on different rows first, and the timeout guard stops it after about
     ``max_consecutive_timeouts`` calls rather than ``2G + 1``; results do not depend on the order."""
     seen: dict[Any, int] = {}
     turn = []
     for i in indices:
-        key = calls[i].row.get("id", id(calls[i].row))
+        key = (calls[i].verifier, calls[i].row.get("id", id(calls[i].row)))
         turn.append(seen.get(key, 0))
         seen[key] = turn[-1] + 1
     return [i for _, i in sorted(zip(turn, indices), key=lambda pair: pair[0])]
