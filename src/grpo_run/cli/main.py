@@ -79,10 +79,16 @@ def _version() -> str:
     return __version__
 
 
+def command_words(argv: Sequence[str]) -> list[str]:
+    """The words as the parser reads them: ``grpo-run config.toml`` means ``grpo-run train config.toml``."""
+    words = list(argv)
+    if words and words[0] not in COMMANDS and not words[0].startswith("-"):
+        words.insert(0, "train")
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
-        args_list.insert(0, "train")  # `grpo-run config.toml` means train
+    args_list = command_words(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete); answers and exits
         import argcomplete
