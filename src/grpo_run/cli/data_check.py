@@ -4,7 +4,8 @@ everything knowable without loading the model."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -36,9 +37,12 @@ def check_data(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
 def oversized_prompts(cfg: RunConfig, host: PluginHost, rows: LoadedRows) -> list[str]:
     """One line per prompt longer than ``data.max_prompt_token_length`` tokens (training leaves
     them out), naming its file and line; the model's tokenizer is loaded for it, not the model."""
+    limit = cfg.data.max_prompt_token_length
+    candidates = [row for row in [*rows.train, *rows.eval] if _utf8_size(row) + TEMPLATE_ALLOWANCE > limit]
+    if not candidates:  # every prompt fits whatever the tokenizer: load none (check stays quick)
+        return []
     from grpo_run.core.loop.build import load_tokenizer, resolve_model_path
 
-    limit = cfg.data.max_prompt_token_length
     try:
         tokenizer = load_tokenizer(cfg, resolve_model_path(cfg, host))
     except UserError as exc:  # a hub model that is not cached, say: loading will tell
@@ -46,7 +50,7 @@ def oversized_prompts(cfg: RunConfig, host: PluginHost, rows: LoadedRows) -> lis
     encoder = PromptEncoder(tokenizer, limit, cfg.data.apply_chat_template)
     seen: set[int] = set()
     too_long = []
-    for row in [*rows.train, *rows.eval]:
+    for row in candidates:
         if id(row) not in seen:
             seen.add(id(row))
             if encoder.fitting(row) is None:
@@ -57,6 +61,23 @@ def oversized_prompts(cfg: RunConfig, host: PluginHost, rows: LoadedRows) -> lis
         notes.append(f"{len(too_long) - SHOWN_OVERSIZED} more prompts are longer than "
                      f"data.max_prompt_token_length = {limit} tokens")
     return notes
+
+
+TEMPLATE_ALLOWANCE = 0
+"""Tokens allowed for what a chat template adds around a prompt before a row counts as possibly
+oversized.
+
+Byte-level BPE, SentencePiece with byte fallback and character vocabularies all give at most one
+token per UTF-8 byte, so only prompts of more than ``limit - TEMPLATE_ALLOWANCE`` bytes are
+tokenised, and the tokenizer (with transformers) is loaded only when there are any: ``check``
+stays quick. A prompt pushed over the limit by the template's own tokens alone is not flagged
+here; the run leaves it out and counts it (docs/data.md)."""
+
+
+def _utf8_size(row: Mapping[str, Any]) -> int:
+    if "messages" in row:
+        return sum(len(str(m.get("content", "")).encode()) for m in row["messages"])
+    return len(str(row.get("prompt", "")).encode())
 
 
 def print_data_summary(console: Console, rows: LoadedRows, notes: Sequence[str] = ()) -> None:
