@@ -13,28 +13,14 @@ nothing.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learner import make_model, make_seqs, step_packed, timed_round_robin  # noqa: E402
-
-
-def matmul_gflops(dtype: torch.dtype, size: int = 1024, repeats: int = 9) -> float:
-    """Median GFLOP/s of ``size x size @ size x size`` in ``dtype``."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        rates.append(2 * size**3 / (time.perf_counter() - start) / 1e9)
-    return statistics.median(rates)
+from floor import matmul_gflops  # noqa: E402
 
 
 def main() -> int:
@@ -53,7 +39,8 @@ def main() -> int:
     present = sorted(set(FAST_BF16_FLAGS) & flags) if flags is not None else []
     print(f"threads {args.threads}; bf16 CPU flags: {', '.join(present) or 'none'} "
           f"(start-up warning: {'yes' if slow_bf16_warning('bfloat16', 'cpu', flags) else 'no'})")
-    fp32, bf16 = matmul_gflops(torch.float32), matmul_gflops(torch.bfloat16)
+    fp32 = matmul_gflops(args.threads, repeats=9)
+    bf16 = matmul_gflops(args.threads, repeats=9, dtype=torch.bfloat16)
     print(f"matmul 1024^3: fp32 {fp32:6.1f} GFLOP/s, bf16 {bf16:6.1f} GFLOP/s (bf16/fp32 {bf16 / fp32:.2f})")
 
     model = make_model()

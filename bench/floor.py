@@ -17,12 +17,12 @@ import time
 import torch
 
 
-def matmul_gflops(threads: int, size: int = 1024, repeats: int = 15) -> float:
-    """Median fp32 GFLOP/s of ``size x size @ size x size`` at ``threads`` intra-op threads."""
+def matmul_gflops(threads: int, size: int = 1024, repeats: int = 15, dtype: torch.dtype = torch.float32) -> float:
+    """Median GFLOP/s of ``size x size @ size x size`` in ``dtype`` at ``threads`` intra-op threads."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(size, size), torch.randn(size, size)
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
         for _ in range(3):  # warm-up: thread pool, caches
             a @ b
         rates = []
