@@ -34,7 +34,7 @@ $(VENV)/.installed-core: pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-core
-	$(PY) $(PIP_INSTALL) -e '.[dev]'
+	$(PY) $(PIP_INSTALL) -e '.[dev,games]'
 	$(PY) $(PIP_INSTALL) --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
 	touch $@
 
