@@ -201,3 +201,19 @@ def test_a_bad_agent_function_is_named_by_grpo_run_check(tmp_path, capsys, monke
     assert main(["check", str(bad)]) == 2
     assert ("bad.toml: environment.function: 'agent_calculator:calculate' must be an async def "
             "f(row, base_url) -> float") in capsys.readouterr().err
+
+
+def test_a_run_whose_agent_always_raises_stops_with_the_agents_error(tmp_path, capsys, monkeypatch):
+    from grpo_run.cli.main import main
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    argv = [str(EXAMPLES / "agent-calculator.toml"), "--output-dir", str(tmp_path / "out")]
+    for override in ["rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
+                     "train.total_steps=2", "logging.progress=false", "task.num_eval=8", "train.local_eval_every=0",
+                     "environment.function=support.agent_envs:broken", "scoring.error_min_calls=16"]:
+        argv += ["--set", override]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "environment 'agent' failed 16 of its last 16 calls" in err
+    assert "the agent support.agent_envs:broken raised RuntimeError: the agent broke" in err
