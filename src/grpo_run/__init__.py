@@ -21,6 +21,7 @@ from grpo_run.core.plugins.abilities import (
     CapsBatchSize,
     ChecksRunConfig,
     DeclaresScoreRange,
+    DrivenEnvironment,
     LogsCompletions,
     RefillingSampler,
     RewardFeedbackSampler,
@@ -44,8 +45,12 @@ from grpo_run.core.plugins.contracts import (
 )
 from grpo_run.core.plugins.episodes import (
     Action,
+    Chat,
+    ChatTurn,
     EnvReset,
     EnvStep,
+    EpisodeOver,
+    EpisodeResult,
     Message,
     ParsedTurn,
     ToolCall,
@@ -81,9 +86,14 @@ except _metadata.PackageNotFoundError:  # running from a source tree that is not
 
 __all__ = [
     "Action",
+    "Chat",
+    "ChatTurn",
+    "DrivenEnvironment",
     "EnvReset",
     "EnvStep",
     "Environment",
+    "EpisodeOver",
+    "EpisodeResult",
     "Message",
     "ParsedTurn",
     "Renderer",

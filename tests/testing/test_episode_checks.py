@@ -103,3 +103,34 @@ def test_a_renderer_whose_bridge_differs_from_a_fresh_render_fails():
     check_renderer(TinyChatRenderer, tok)
     with pytest.raises(ContractError, match="renderer 'rewriting': bridge: prompt \\+ turn \\+ bridge differs"):
         check_renderer(Rewriting, tok)
+
+
+class Driven:
+    name = "driven"
+    Config = Empty
+
+    def __init__(self, config, tools):
+        pass
+
+    async def run_episode(self, row, seed, chat):
+        turn = await chat.complete([{"role": "user", "content": "hi"}])
+        return float(turn.text == "hello")
+
+
+def test_a_driven_environment_passes_and_one_that_never_asks_the_model_fails():
+    check_environment(Driven)
+
+    class Silent(Driven):
+        async def run_episode(self, row, seed, chat):
+            return 1.0
+
+    with pytest.raises(ContractError, match="run_episode.*made no chat.complete call"):
+        check_environment(Silent)
+
+    class Nan(Driven):
+        async def run_episode(self, row, seed, chat):
+            await chat.complete([{"role": "user", "content": "hi"}])
+            return float("nan")
+
+    with pytest.raises(ContractError, match="not an EpisodeResult or a finite reward"):
+        check_environment(Nan)

@@ -68,7 +68,8 @@ def check_tool(cls: type, config: Any = None, *, cases: Sequence[tuple[Mapping[s
 
 def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any] | None = None,
                       row: Mapping[str, Any] | None = None, reply: str = "hello") -> None:
-    """Check an environment class with one scripted turn.
+    """Check an environment class with one scripted turn (a driven one, with ``run_episode``: one
+    episode against a chat that answers ``reply``, which must make a call and return a finite reward).
 
     * **reset**: returns a :class:`grpo_run.EnvReset` whose messages are role/content mappings and
       whose tools are OpenAI function schemas;
@@ -84,6 +85,9 @@ def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any]
     check_class(cls, "environment", report)
     env = cls(default_config(cls, config, report), dict(tools or {}))
     row = row if row is not None else {"id": "r0", "messages": [{"role": "user", "content": "1+1"}], "ground_truth": "2"}
+    if hasattr(env, "run_episode"):
+        _check_driven(env, row, reply, report)
+        return
     first, second = (_maybe_await(env.reset(row, 7)) for _ in range(2))
     if not isinstance(first, EnvReset):
         raise report.fail("reset", f"returned {short(first, 120)}, not a grpo_run.EnvReset")
@@ -101,6 +105,43 @@ def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any]
     closer = getattr(env, "close", None)
     if callable(closer):
         _maybe_await(closer(step.state if step.state is not None else first.state))
+
+
+class _ScriptedChat:
+    """A :class:`grpo_run.Chat` answering every call with ``reply``; the fifth call raises EpisodeOver."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.calls = 0
+
+    async def complete(self, messages: Any, tools: Any = (), *, max_tokens: Any = None, stop: Any = None) -> Any:
+        from grpo_run import ChatTurn, EpisodeOver, ParsedTurn
+
+        if self.calls >= 4:
+            raise EpisodeOver("the episode can take no more turns: environment.max_turns = 4 calls were made")
+        for m in messages:
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                raise TypeError(f"message {short(m, 120)} needs a string role")
+        self.calls += 1
+        return ChatTurn(ParsedTurn(self.reply), (), (), "stop", 0, 0)
+
+
+def _check_driven(env: Any, row: Mapping[str, Any], reply: str, report: Reporter) -> None:
+    """**run_episode**: with a chat answering ``reply``, it makes a call and returns a reward."""
+    import math
+
+    from grpo_run import EpisodeResult
+
+    chat = _ScriptedChat(reply)
+    try:
+        result = _maybe_await(env.run_episode(row, 7, chat))
+    except Exception as exc:
+        raise report.fail("run_episode", f"raised {type(exc).__name__}: {exc}") from None
+    reward = result.reward if isinstance(result, EpisodeResult) else result
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise report.fail("run_episode", f"returned {short(result, 120)}, not an EpisodeResult or a finite reward")
+    if chat.calls == 0:
+        raise report.fail("run_episode", "made no chat.complete call: an episode needs at least one sampled turn")
 
 
 def check_renderer(cls: type, tokenizer: Any, config: Any = None) -> None:

@@ -17,7 +17,7 @@ from grpo_run.core.scoring.scorer import ScoredBatch, ScoredCompletion
 from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
 from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer
 from grpo_run.plugins.tools.calculator import CalculatorConfig, CalculatorTool
-from support.episodes import ScriptedEngine, ScriptedEnv
+from support.episodes import DrivenCalcEnv, ScriptedEngine, ScriptedEnv
 
 G = 4
 
@@ -114,3 +114,26 @@ def test_evaluation_runs_greedy_episodes_scored_on_their_last_turn(tokenizer):
     assert metrics["eval/accuracy"] == 0.5 and metrics["eval/num_prompts"] == 2
     assert [params.greedy for _, params in engine.calls] == [True] * 4  # two turns of two episodes
     assert [len(env.actions)] == [4]
+
+
+def test_driven_episodes_are_scored_and_their_rewards_add(tokenizer):
+    env = DrivenCalcEnv(CalculatorTool(CalculatorConfig()))
+    prod = producer(tokenizer, env)
+    batch = asyncio.run(prod.produce(1))
+    prod.close()
+    assert len(batch.groups) == 3 and prod.scorer.texts == ["19"] * 12
+    # verifier 1.0 + the environment's own reward (1.0: its last text is the row's ground truth)
+    assert all(r == pytest.approx(2.0) for g in batch.groups for r in g.rewards)
+    assert batch.scoring_metrics["env/turns_mean"] == 2 and batch.scoring_metrics["env/calls"] == 2
+
+
+@pytest.mark.parametrize("fail", ["raise", "hang"])
+def test_a_failing_driven_environment_is_a_counted_drop(tokenizer, fail):
+    env = DrivenCalcEnv(CalculatorTool(CalculatorConfig()), fail=fail, hang_s=30.0)
+    prod = producer(tokenizer, env)
+    prod.runner.settings = EnvironmentSlot("driven", episode_timeout_s=0.5)
+    batch = asyncio.run(asyncio.wait_for(prod.produce(1), 60))
+    prod.close()
+    assert batch.groups == []
+    assert batch.scoring_metrics["env/error_rate"] == 1.0
+    assert batch.scoring_metrics["env/timeout_rate"] == (1.0 if fail == "hang" else 0.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from grpo_run.core.plugins.episodes import Chat, EpisodeResult
 from grpo_run.core.plugins.types import Completion, SamplingParams, VerifierResult
 
 if TYPE_CHECKING:
@@ -100,6 +101,30 @@ class RefillingSampler(Protocol):
     """
 
     wants_nonzero_std: ClassVar[bool]
+
+
+# ---------------------------------------------------------------------------------------------
+# Environments
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class DrivenEnvironment(Protocol):
+    """An environment that drives its own conversation: it calls the policy, instead of the
+    runner calling ``reset``/``step`` (adapters of agent code and of other frameworks' rollouts).
+
+    ``run_episode`` must be ``async def``. It gets the prompt row, the group's initial-state
+    ``seed`` (the same for the G samples of a group) and a :class:`~grpo_run.Chat` handle of its
+    own; it samples turns with ``await chat.complete(messages, tools)`` as often as it likes
+    (within ``environment.max_turns`` calls and the episode's token budgets: past them
+    ``complete`` raises :class:`~grpo_run.EpisodeOver`) and returns an
+    :class:`~grpo_run.EpisodeResult` (or a bare reward). Such an environment needs no
+    ``reset``/``step``; ``finish``/``close`` are not called. The whole episode runs under
+    ``environment.episode_timeout_s``; raising, overrunning, holding the event loop longer than
+    ``environment.step_timeout_s`` or making no call drops the episode (counted).
+    """
+
+    async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult | float: ...
 
 
 # ---------------------------------------------------------------------------------------------

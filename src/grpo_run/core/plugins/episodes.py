@@ -11,7 +11,7 @@ Everything here is re-exported by :mod:`grpo_run`; plugins import it from there.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -86,3 +86,71 @@ class EnvStep:
     """Extra numbers, averaged per step under ``env/<key>``."""
     state: Any = None
     """The new episode state (``None``: keep the previous one)."""
+
+
+# -- environments that drive their own conversation -------------------------------------------
+
+
+class EpisodeOver(Exception):
+    """Raised by :meth:`Chat.complete` once the episode can take no more turns: ``max_turns``
+    calls were made, the token budget (``rollout.response_length``) is spent, the conversation no
+    longer fits it, or a turn was cut by the episode's length limit. The message says which.
+    Catch it to end the episode with a reward; left uncaught it drops the episode (counted)."""
+
+
+@attrs.frozen
+class ChatTurn:
+    """One assistant turn sampled by :meth:`Chat.complete`."""
+
+    turn: ParsedTurn
+    """The turn as the renderer reads it. A turn cut at a length limit has no ``tool_calls``
+    (a call in a truncated turn must never run)."""
+    token_ids: tuple[int, ...]
+    """Exactly the sampled ids (end-of-turn token included when the turn stopped)."""
+    logprobs: tuple[float, ...]
+    """The engine's log-prob of each sampled id."""
+    finish_reason: str
+    """``"stop"`` (the turn ended) or ``"length"`` (cut at ``max_tokens`` or a budget)."""
+    prompt_tokens: int
+    """Ids of the rendered conversation the turn was sampled after."""
+    completion_tokens: int
+
+    @property
+    def text(self) -> str:
+        return self.turn.text
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message to append to the conversation (its text as sampled)."""
+        return self.turn.message()
+
+
+@attrs.frozen
+class EpisodeResult:
+    """What an environment's ``run_episode`` returns."""
+
+    reward: float
+    """The episode's reward (the row's verifiers, scoring ``text``, add theirs)."""
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+    """Extra numbers, averaged per batch under ``env/<key>``."""
+    text: str | None = None
+    """The text the row's verifiers score; ``None``: the last sampled turn's text."""
+
+
+@runtime_checkable
+class Chat(Protocol):
+    """The policy, as a driven episode sees it: one handle per episode, made by the runner.
+
+    Each ``complete`` renders ``messages`` (with ``tools`` offered) through the run's renderer and
+    samples one assistant turn. The runner records the episode token-in/token-out: when the
+    rendered ids extend the previous call's prompt and sampled ids, the new ids are appended
+    (masked, like environment messages) and the segment goes on; otherwise a new segment starts
+    from the fresh render. To keep one segment, append :meth:`ChatTurn.message` (the turn as it
+    was sampled) to the conversation, not a reformatted copy.
+    """
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSchema] = (), *,
+                       max_tokens: int | None = None, stop: Sequence[str] | None = None) -> ChatTurn:
+        """Sample one turn after ``messages``; ``max_tokens`` caps it below the episode's own
+        limits, ``stop`` adds stop strings. Raises :class:`EpisodeOver` when the episode can take
+        no more turns."""
+        ...

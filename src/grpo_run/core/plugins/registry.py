@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
+import inspect
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -122,8 +123,11 @@ class Registrar:
         return cls
 
 
-_STAND_INS = {"score": "score_batch"}
-"""A required member another one may replace: a batch verifier needs no per-call ``score``."""
+_STAND_INS = {"score": "score_batch", "reset": "run_episode", "step": "run_episode"}
+"""A required member another one may replace: a batch verifier needs no per-call ``score``, an
+environment that drives its own conversation (``run_episode``) no ``reset``/``step``."""
+_ASYNC_ONLY = ("run_episode",)
+"""Members that must be ``async def`` where a class defines them."""
 
 
 def _check_component_class(fam: Family[Any], cls: Any, distribution: str) -> None:
@@ -156,6 +160,9 @@ def component_class_problem(cls: Any, fam: Family[Any] | None = None) -> str | N
                 f"it lacks {', '.join(repr(m) for m in missing)} of the {fam.key} contract "
                 f"(grpo_run.{fam.protocol.__name__})"
             )
+        for member in _ASYNC_ONLY:
+            if _defines(cls, member) and not inspect.iscoroutinefunction(getattr(cls, member)):
+                return f"its {member!r} must be an async def"
     return None
 
 

@@ -11,6 +11,10 @@ of an episode within ``rollout.response_length``; environment messages cut at
 run. Synchronous environment code runs on a :class:`DaemonThreadPool`, every call under
 ``step_timeout_s`` and the whole episode under ``episode_timeout_s``; an error or overrun raises
 :class:`EpisodeFailed` (the producer drops the group and counts it).
+
+An environment with ``run_episode`` (:class:`~grpo_run.DrivenEnvironment`) drives its own
+conversation instead: it gets a :class:`~grpo_run.core.rollout.chat_session.ChatSession`, which
+records the episode under the same rules, and its episode is timed, failed and counted the same way.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from typing import Any
 import attrs
 
 from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
-from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, ToolSchema
+from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, EpisodeResult, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.rollout.chat_session import ChatSession
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
-from grpo_run.core.rollout.episodes import Episode, Segment, combine_rewards
+from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
 
-NAN = math.nan
 
 
 class EpisodeFailed(Exception):
@@ -44,32 +49,12 @@ class EpisodeFailed(Exception):
         self.timed_out = timed_out
 
 
-@attrs.define
-class _Open:
-    """The segment being built."""
-
-    prompt: list[int]
-    ids: list[int] = attrs.Factory(list)
-    logprobs: list[float] = attrs.Factory(list)
-    sampled: list[bool] = attrs.Factory(list)
-    roles: list[str] = attrs.Factory(list)
-
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str) -> None:
-        self.ids += ids
-        self.logprobs += list(logprobs) if logprobs is not None else [NAN] * len(ids)
-        self.sampled += [logprobs is not None] * len(ids)
-        self.roles += [role] * len(ids)
-
-    def close(self) -> Segment:
-        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles))
-
-
 class EpisodeRunner:
     """Drives episodes of one environment through the engine."""
 
     def __init__(
         self,
-        env: Environment,
+        env: Environment | DrivenEnvironment,
         renderer: Renderer,
         engine: GenerationEngine,
         settings: EnvironmentSlot,
@@ -127,6 +112,8 @@ class EpisodeRunner:
     # -- one episode -------------------------------------------------------------------------
 
     async def _episode(self, row: Mapping[str, Any], seed: int, sample: int, params: SamplingParams) -> Episode:
+        if isinstance(self.env, DrivenEnvironment):
+            return await self._driven(row, seed, sample, params)
         reset = await self._call("reset", self.env.reset, row, seed)
         if not isinstance(reset, EnvReset):
             raise EpisodeFailed(f"reset returned {type(reset).__name__}, not an EnvReset")
@@ -233,6 +220,46 @@ class EpisodeRunner:
             messages=tuple(messages),
             metrics=metrics,
             train_on_env_tokens=s.train_on_env_tokens,
+        )
+
+    async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
+        """An environment that drives its own conversation: ``run_episode`` with a chat session."""
+        chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample)
+        started = time.perf_counter()
+        tracked = Tracked(self.env.run_episode(row, seed, chat), "environment run_episode", self._monitor)
+        try:
+            result = await tracked
+        except Exception as exc:
+            raise EpisodeFailed(f"environment run_episode raised {type(exc).__name__}: {exc}") from exc
+        limit = self.settings.step_timeout_s
+        if tracked.blocked_s > limit:
+            raise EpisodeFailed(
+                f"environment run_episode held the event loop for {tracked.blocked_s:.1f} s without awaiting "
+                f"(more than environment.step_timeout_s = {limit:g}; a blocking call in async def)", timed_out=True)
+        if isinstance(result, (int, float)) and not isinstance(result, bool):
+            result = EpisodeResult(float(result))
+        if not isinstance(result, EpisodeResult) or not math.isfinite(float(result.reward)):
+            raise EpisodeFailed(f"run_episode returned {result!r:.200}, not an EpisodeResult with a finite reward")
+        segments = chat.finished_segments()
+        if not segments:
+            raise EpisodeFailed("run_episode sampled no turn (chat.complete was never called): nothing to train on")
+        metrics = dict(chat.metrics)
+        metrics["env_s"] = time.perf_counter() - started - metrics["generation_s"]
+        for key, value in result.metrics.items():
+            metrics[f"env/{key}"] = float(value)
+        metrics.update(turns=float(chat.calls), segments=float(len(segments)),
+                       sampled_tokens=float(sum(sum(g.sampled) for g in segments)))
+        return Episode(
+            segments=tuple(segments),
+            text=chat.last_text if result.text is None else result.text,
+            finish_reason="length" if chat.cut else "stop",
+            policy_version=min(v[0] for v in chat.versions),
+            last_policy_version=max(v[1] for v in chat.versions),
+            env_reward=float(result.reward),
+            turns=chat.calls,
+            messages=tuple(chat.messages),
+            metrics=metrics,
+            train_on_env_tokens=self.settings.train_on_env_tokens,
         )
 
     def _cut(self, message: Mapping[str, Any]) -> dict[str, Any]:

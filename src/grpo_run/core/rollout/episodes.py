@@ -9,6 +9,7 @@ statistics treat an episode as one sample, however many segments it trains as.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,26 @@ class Segment:
 
     def loss_mask(self, train_on_env_tokens: bool) -> tuple[bool, ...]:
         return (True,) * len(self.completion_ids) if train_on_env_tokens else self.sampled
+
+
+@attrs.define
+class OpenSegment:
+    """The segment being built (episode runner, chat sessions)."""
+
+    prompt: list[int]
+    ids: list[int] = attrs.Factory(list)
+    logprobs: list[float] = attrs.Factory(list)
+    sampled: list[bool] = attrs.Factory(list)
+    roles: list[str] = attrs.Factory(list)
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str) -> None:
+        self.ids += ids
+        self.logprobs += list(logprobs) if logprobs is not None else [math.nan] * len(ids)
+        self.sampled += [logprobs is not None] * len(ids)
+        self.roles += [role] * len(ids)
+
+    def close(self) -> Segment:
+        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles))
 
 
 @attrs.frozen

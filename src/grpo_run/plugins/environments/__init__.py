@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grpo_run import Registrar, hookimpl
+from grpo_run.plugins.environments.agent import AgentEnvironment
 from grpo_run.plugins.environments.text_game import TextGameEnvironment
 from grpo_run.plugins.environments.tools import ToolsEnvironment
 
@@ -10,5 +11,5 @@ from grpo_run.plugins.environments.tools import ToolsEnvironment
 @hookimpl
 def grpo_run_register_environments(register: Registrar) -> None:
     """Register the built-in environments."""
-    for environment in (ToolsEnvironment, TextGameEnvironment):
+    for environment in (AgentEnvironment, ToolsEnvironment, TextGameEnvironment):
         register(environment)

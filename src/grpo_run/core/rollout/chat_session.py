@@ -1,0 +1,143 @@
+"""The policy as a driven episode sees it: one :class:`ChatSession` per episode.
+
+An environment that drives its own conversation (:class:`~grpo_run.DrivenEnvironment`) calls
+``await chat.complete(messages, tools)``. The session renders the messages with the run's
+renderer, samples one turn through the runner's :class:`TurnBatcher` (so concurrent episodes'
+turns go to the engine together, seeded from ``(group seed, sample, call index)``) and records
+the episode token-in/token-out:
+
+* when the fresh render starts with exactly the previous call's prompt and sampled ids, only the
+  ids after them are appended: masked (role ``environment``, NaN log-probs), as the runner's
+  bridges are; then the sampled ids with their log-probs;
+* otherwise (the caller rewrote history, or the template is not prefix-preserving) a new segment
+  starts from the fresh render.
+
+Budgets are the runner's: ``max_turns`` calls, ``max_tokens_per_turn`` new ids a call, all sampled
+and appended ids within the episode's budget (``rollout.response_length``; a new segment's prompt
+may not outgrow the first prompt plus that budget). A turn cut by the episode's budget ends the
+episode and carries no tool calls. A call the episode cannot take raises :class:`EpisodeOver`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.plugins.contracts import Renderer
+from grpo_run.core.plugins.episodes import ChatTurn, EpisodeOver, Message, ToolSchema
+from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.rollout.episodes import OpenSegment, Segment
+from grpo_run.core.rollout.turn_batcher import TurnBatcher
+
+
+class ChatSession:
+    """One episode's handle on the policy (implements :class:`~grpo_run.Chat`)."""
+
+    def __init__(self, renderer: Renderer, batcher: TurnBatcher, settings: EnvironmentSlot,
+                 sampling: SamplingParams, seed: int, sample: int) -> None:
+        self.renderer = renderer
+        self.batcher = batcher
+        self.settings = settings
+        self.sampling = sampling
+        """The episode's sampling; ``max_new_tokens`` is its total budget."""
+        self.key = (seed, sample)
+        self.calls = 0
+        self.used = 0
+        """Sampled and appended ids so far."""
+        self.budget = sampling.max_new_tokens
+        self.prompt_cap = 0
+        """No segment's prompt may reach this many ids (the first prompt plus the budget)."""
+        self.segments: list[Segment] = []
+        self.open: OpenSegment | None = None
+        self.over: str | None = None
+        """Why the episode can take no more turns, once it cannot."""
+        self.cut = False
+        """A turn was cut by the episode's own limits (the episode's finish reason is "length")."""
+        self.versions: list[tuple[int, int]] = []
+        self.last_text = ""
+        self.messages: list[dict[str, Any]] = []
+        """The last conversation sampled after, with the sampled turn (traces)."""
+        self.metrics = {"tool_calls": 0.0, "parse_errors": 0.0, "bridge_fallbacks": 0.0, "env_tokens": 0.0,
+                        "generation_s": 0.0}
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSchema] = (), *,
+                       max_tokens: int | None = None, stop: Sequence[str] | None = None) -> ChatTurn:
+        if self.over is None and self.calls >= self.settings.max_turns:
+            self._end(f"environment.max_turns = {self.settings.max_turns} calls were made")
+        if self.over is not None:
+            raise EpisodeOver(f"the episode can take no more turns: {self.over}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        ids = self.renderer.render(list(messages), list(tools))
+        self._extend(ids)
+        seg = self.open
+        assert seg is not None
+        room = min(self.settings.max_tokens_per_turn or self.budget, self.budget - self.used)
+        if room <= 0:
+            self._end(f"its {self.sampling.max_new_tokens} tokens (rollout.response_length) are spent")
+            raise EpisodeOver(f"the episode can take no more turns: {self.over}")
+        asked = min(room, max_tokens) if max_tokens is not None else room
+        params = attrs.evolve(self.sampling, n=1, max_new_tokens=asked,
+                              stop_strings=tuple(stop) if stop is not None else self.sampling.stop_strings)
+        prompt_len = len(seg.prompt) + len(seg.ids)
+        started = time.perf_counter()
+        comp = await self.batcher.generate((*self.key, self.calls), seg.prompt + seg.ids, params)
+        self.metrics["generation_s"] += time.perf_counter() - started
+        self.calls += 1
+        seg.add(comp.token_ids, comp.logprobs, "assistant")
+        self.used += len(comp.token_ids)
+        self.versions.append(comp.policy_versions)
+        turn = self.renderer.parse(comp.token_ids)
+        if comp.finish_reason != "stop":  # cut mid-turn: its tool calls must never run
+            turn = attrs.evolve(turn, tool_calls=())
+            if asked == room:  # the episode's limit, not the caller's own max_tokens
+                self.cut = True
+                self._end(f"turn {self.calls} was cut at the episode's length limit")
+        self.metrics["tool_calls"] += len(turn.tool_calls)
+        self.metrics["parse_errors"] += turn.parse_error is not None
+        self.last_text = turn.text
+        self.messages = [*(dict(m) for m in messages), turn.message()]
+        return ChatTurn(turn, tuple(comp.token_ids), tuple(comp.logprobs),
+                        "stop" if comp.finish_reason == "stop" else "length", prompt_len, len(comp.token_ids))
+
+    def _extend(self, ids: list[int]) -> None:
+        """Continue the open segment with the ids past its end, or start a new one from ``ids``."""
+        seg = self.open
+        if seg is None:
+            self.open = OpenSegment(list(ids))
+            self.prompt_cap = len(ids) + self.budget
+            return
+        before = seg.prompt + seg.ids
+        if len(ids) > len(before) and ids[: len(before)] == before:
+            extra = ids[len(before):]
+            if self.used + len(extra) >= self.budget:
+                self._end(f"the conversation no longer fits the episode's {self.sampling.max_new_tokens} tokens "
+                          f"(rollout.response_length)")
+                raise EpisodeOver(f"the episode can take no more turns: {self.over}")
+            seg.add(extra, None, "environment")
+            self.used += len(extra)
+            self.metrics["env_tokens"] += len(extra)
+            return
+        if len(ids) >= self.prompt_cap:
+            self._end(f"the conversation ({len(ids)} ids) no longer fits the episode's budget")
+            raise EpisodeOver(f"the episode can take no more turns: {self.over}")
+        self.metrics["bridge_fallbacks"] += 1  # not an extension of the ids so far: a new segment
+        if seg.ids:
+            self.segments.append(seg.close())
+        self.open = OpenSegment(list(ids))
+        self.budget = min(self.budget, self.used + self.prompt_cap - len(ids))
+
+    def _end(self, why: str) -> None:
+        if self.over is None:
+            self.over = why
+
+    def finished_segments(self) -> list[Segment]:
+        """Every segment with sampled ids, the open one included."""
+        out = list(self.segments)
+        if self.open is not None and self.open.ids:
+            out.append(self.open.close())
+        return out

@@ -1,0 +1,260 @@
+"""The OpenAI-compatible endpoint of the ``agent`` environment.
+
+One Starlette app served by uvicorn on ``127.0.0.1`` (a free port), in a daemon thread with an
+event loop of its own: uvicorn installs signal handlers only on the main thread, so the training
+process keeps its own SIGINT/SIGTERM handling, and a client that never closes its connection
+holds nothing but a socket of that thread.
+
+Each episode registers itself and gets its own base URL,
+``http://127.0.0.1:<port>/episodes/<token>/v1``; a request under it is answered by that episode's
+:class:`grpo_run.Chat`, awaited on the event loop the episode runs on. Routes:
+``GET .../v1/models`` and ``POST .../v1/chat/completions`` (no streaming, ``n = 1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from grpo_run import Chat, ChatTurn, EpisodeOver
+
+MODEL_ID = "policy"
+"""The one model the endpoint lists (any ``model`` in a request is accepted)."""
+
+
+class BadRequest(ValueError):
+    """A request the endpoint cannot serve: answered with HTTP 400 and the message."""
+
+
+@attrs.define
+class EpisodeEntry:
+    """An episode the endpoint serves."""
+
+    chat: Chat
+    loop: asyncio.AbstractEventLoop
+    """The loop the episode (and so its chat) runs on."""
+    served: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    """Assistant content or tool-call id of each served turn -> the message as it was sampled."""
+    errors: list[str] = attrs.Factory(list)
+    """Malformed requests (each also answered with HTTP 400)."""
+    requests: int = 0
+    pending: set[concurrent.futures.Future] = attrs.Factory(set)
+
+
+class EpisodeServer:
+    """The endpoint, started on first use; ``base_url(token)`` per episode."""
+
+    def __init__(self) -> None:
+        self.episodes: dict[str, EpisodeEntry] = {}
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+        self.port = 0
+        """The port it serves on; 0 until it serves."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind a free loopback port and serve it from a daemon thread (once; blocks until it serves)."""
+        with self._lock:
+            if self._server is None:
+                import uvicorn
+
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind(("127.0.0.1", 0))  # loopback only; a free port
+                sock.listen(128)
+                config = uvicorn.Config(self._app(), log_config=None, log_level="warning", access_log=False,
+                                        lifespan="off", timeout_keep_alive=5)
+                self._server = uvicorn.Server(config)
+                self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                                name="grpo-run-agent-endpoint", daemon=True)
+                self._thread.start()
+                self._port = sock.getsockname()[1]
+        deadline = time.monotonic() + 30.0
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the agent endpoint did not start")
+            time.sleep(0.01)
+        self.port = self._port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def open_episode(self, chat: Chat, loop: asyncio.AbstractEventLoop) -> str:
+        """Register an episode; returns its token (``base_url`` names it)."""
+        token = secrets.token_hex(8)
+        self.episodes[token] = EpisodeEntry(chat, loop)
+        return token
+
+    def close_episode(self, token: str) -> EpisodeEntry:
+        """Forget an episode: later requests under its URL get 404; its turns still waiting are cancelled."""
+        entry = self.episodes.pop(token)
+        for future in list(entry.pending):
+            future.cancel()
+        return entry
+
+    def base_url(self, token: str) -> str:
+        return f"http://127.0.0.1:{self.port}/episodes/{token}/v1"
+
+    # -- the app ----------------------------------------------------------------------------
+
+    def _app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        return Starlette(routes=[
+            Route("/episodes/{token}/v1/models", self._models, methods=["GET"]),
+            Route("/episodes/{token}/v1/chat/completions", self._completions, methods=["POST"]),
+        ])
+
+    async def _models(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        if request.path_params["token"] not in self.episodes:
+            return _error(404, "no such episode (it has ended)")
+        return JSONResponse({"object": "list", "data": [
+            {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "grpo-run"}]})
+
+    async def _completions(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        token = request.path_params["token"]
+        entry = self.episodes.get(token)
+        if entry is None:
+            return _error(404, "no such episode (it has ended)")
+        entry.requests += 1
+        try:
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise BadRequest(f"the body is not JSON: {exc}") from None
+            call = parse_request(body, entry.served)
+        except BadRequest as exc:
+            entry.errors.append(str(exc))
+            return _error(400, str(exc))
+        future = asyncio.run_coroutine_threadsafe(_complete(entry.chat, call), entry.loop)
+        entry.pending.add(future)
+        try:
+            turn = await asyncio.wrap_future(future)
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            return _error(404, "the episode has ended")
+        except Exception as exc:  # the renderer could not render it, or the engine failed
+            entry.errors.append(f"the request could not be served: {type(exc).__name__}: {exc}")
+            return _error(400, entry.errors[-1])
+        finally:
+            entry.pending.discard(future)
+        return JSONResponse(response_body(turn, f"{token}-{entry.requests}", body.get("model") or MODEL_ID,
+                                          entry.served))
+
+
+async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:
+    try:
+        return await chat.complete(call["messages"], call["tools"], max_tokens=call["max_tokens"], stop=call["stop"])
+    except EpisodeOver:
+        return None  # answered as an empty turn cut at the length limit
+
+
+def _error(status: int, message: str) -> Any:
+    from starlette.responses import JSONResponse
+
+    kind = "invalid_request_error" if status == 400 else "not_found_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status)
+
+
+# -- OpenAI request and response bodies -----------------------------------------------------------
+
+
+def parse_request(body: Any, served: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The chat call of a ``/chat/completions`` body; :class:`BadRequest` saying what is wrong.
+
+    An assistant message that the endpoint served (found by a tool-call id, or by its content)
+    is replaced by the turn as it was sampled, so the conversation renders to the ids so far."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("the body must be a JSON object")
+    if body.get("stream"):
+        raise BadRequest("stream = true is not supported")
+    if body.get("n", 1) != 1:
+        raise BadRequest(f"n must be 1, got {body.get('n')!r}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty array")
+    out = [_message(m, i, served) for i, m in enumerate(messages)]
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or not all(
+            isinstance(t, Mapping) and t.get("type") == "function" and isinstance(t.get("function"), Mapping)
+            and isinstance(t["function"].get("name"), str) for t in tools):
+        raise BadRequest("'tools' must be an array of {\"type\": \"function\", \"function\": {\"name\": ...}}")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise BadRequest(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise BadRequest("'stop' must be a string or an array of strings")
+    return {"messages": out, "tools": [dict(t) for t in tools], "max_tokens": max_tokens, "stop": stop}
+
+
+def _message(m: Any, i: int, served: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    if not isinstance(m, Mapping) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+        raise BadRequest(f"messages[{i}] needs a role of system, user, assistant or tool")
+    content = m.get("content")
+    if isinstance(content, list):  # content parts: only text can be rendered
+        if not all(isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise BadRequest(f"messages[{i}].content: only text parts are supported")
+        content = "".join(p["text"] for p in content)
+    if content is None and not (m["role"] == "assistant" and m.get("tool_calls")):
+        raise BadRequest(f"messages[{i}] has no content")
+    if content is not None and not isinstance(content, str):
+        raise BadRequest(f"messages[{i}].content must be a string or text parts")
+    if m["role"] == "assistant":
+        calls = m.get("tool_calls") or []
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, Mapping) and call.get("id") in served:
+                return dict(served[call["id"]])
+        if content in served:
+            return dict(served[content])
+    out: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content or ""}
+    for key in ("name", "tool_call_id"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    return out
+
+
+def response_body(turn: ChatTurn | None, response_id: str, model: str,
+                  served: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A ``chat.completion`` object for ``turn`` (``None``: the episode can take no more turns,
+    answered as an empty turn with ``finish_reason = "length"``); records what was served."""
+    if turn is None:
+        message: dict[str, Any] = {"role": "assistant", "content": ""}
+        finish, usage = "length", (0, 0)
+    else:
+        message = {"role": "assistant", "content": turn.text}
+        calls = [{"id": f"call_{response_id}_{k}", "type": "function",
+                  "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
+                 for k, c in enumerate(turn.turn.tool_calls)]
+        if calls:
+            message["tool_calls"] = calls
+        sampled = turn.message()
+        served[turn.text] = sampled
+        for call in calls:
+            served[call["id"]] = sampled
+        finish = "tool_calls" if calls else turn.finish_reason
+        usage = (turn.prompt_tokens, turn.completion_tokens)
+    return {
+        "id": f"chatcmpl-{response_id}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+

@@ -1,0 +1,219 @@
+"""The ``agent`` environment: agent code on the real ``openai`` client against the episode's
+loopback endpoint; the recorded ids are the sampled ones, failures are counted drops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+from grpo_run.core.config.environment import EnvironmentSlot  # noqa: E402
+from grpo_run.core.plugins.types import SamplingParams  # noqa: E402
+from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner  # noqa: E402
+from grpo_run.plugins.environments.agent import AgentConfig, AgentEnvironment  # noqa: E402
+from grpo_run.plugins.models.sources import CHECKPOINTS_DIR  # noqa: E402
+from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer  # noqa: E402
+from support import agent_envs  # noqa: E402
+from support.episodes import ScriptedEngine  # noqa: E402
+
+EOS, USER, ASSISTANT = 1, 2, 3
+D = {str(d): 5 + d for d in range(10)}
+CALC = [22 + "abcdefghijklmnopqrstuvwxyz".index(ch) for ch in "calculator"]
+THREE_TURNS = ["calculator(12+7)", "calculator(19*2)", "38"]
+ROW = {"id": "r", "messages": [{"role": "user", "content": "12+7"}], "ground_truth": "38"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic")
+
+
+def agent(function):
+    return AgentEnvironment(AgentConfig(function=f"support.agent_envs:{function}"), {})
+
+
+def run(env, tokenizer, script=THREE_TURNS, **settings):
+    engine = ScriptedEngine(tokenizer, script, "<|assistant|>")
+    runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tokenizer), engine,
+                           EnvironmentSlot("agent", **settings), SamplingParams(max_new_tokens=64))
+    try:
+        return asyncio.run(runner.run(ROW, 7, 0)), engine
+    finally:
+        runner.close()
+
+
+def test_an_agent_on_the_openai_client_trains_on_exactly_the_sampled_ids(tokenizer):
+    agent_envs.RESPONSES.clear()
+    env = agent("record")
+    episode, engine = run(env, tokenizer)
+    prompt = [USER, D["1"], D["2"], 15, D["7"], ASSISTANT]  # <|user|>12+7<|assistant|>
+    turn1 = CALC + [19, D["1"], D["2"], 15, D["7"], 20, EOS]  # calculator(12+7)<|eos|>
+    ext1 = [USER, D["1"], D["9"], ASSISTANT]  # the agent's tool result, rendered: <|user|>19<|assistant|>
+    turn2 = CALC + [19, D["1"], D["9"], 17, D["2"], 20, EOS]  # calculator(19*2)<|eos|>
+    ext2 = [USER, D["3"], D["8"], ASSISTANT]
+    turn3 = [D["3"], D["8"], EOS]
+    (seg,) = episode.segments  # the agent sent the served turns back: one segment, no re-tokenisation
+    assert list(seg.prompt_ids) == prompt
+    assert list(seg.completion_ids) == turn1 + ext1 + turn2 + ext2 + turn3
+    assert list(seg.sampled) == [True] * 17 + [False] * 4 + [True] * 17 + [False] * 4 + [True] * 3
+    assert all(math.isnan(x) for x in seg.logprobs[17:21]) and seg.logprobs[:3] == (-0.01, -0.02, -0.03)
+    assert [call[0] for call in engine.calls] == [prompt, prompt + turn1 + ext1, prompt + turn1 + ext1 + turn2 + ext2]
+    models, *responses = agent_envs.RESPONSES
+    assert [m.id for m in models.data] == ["policy"]
+    first, second, last = responses
+    # OpenAI tool calling: the renderer's parse as tool_calls, finish_reason "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    assert (call.type, call.function.name, json.loads(call.function.arguments)) == (
+        "function", "calculator", {"expression": "12+7"})
+    assert first.choices[0].finish_reason == "tool_calls" and last.choices[0].finish_reason == "stop"
+    assert last.choices[0].message.content == "38" and last.choices[0].message.tool_calls is None
+    assert [(r.usage.prompt_tokens, r.usage.completion_tokens) for r in responses] == [(6, 17), (27, 17), (48, 3)]
+    assert second.choices[0].message.tool_calls[0].id != call.id
+    assert episode.env_reward == 1.0 and episode.text == "38" and episode.metrics["env/requests"] == 3
+
+
+def test_the_calculator_agent_solves_and_is_rewarded(tokenizer):
+    episode, _ = run(agent("solve"), tokenizer)
+    assert episode.env_reward == 1.0 and episode.turns == 3
+
+
+def test_a_malformed_request_is_answered_400_and_drops_the_episode(tokenizer):
+    with pytest.raises(EpisodeFailed, match=r"the agent sent a malformed request: messages\[0\] needs a role"):
+        run(agent("malformed"), tokenizer)
+
+
+def test_the_endpoint_answers_a_malformed_body_with_400_and_a_message():
+    import httpx
+
+    from grpo_run.plugins.environments.agent_server import EpisodeServer
+
+    server = EpisodeServer()
+    server.start()
+    try:
+        token = server.open_episode(chat=None, loop=None)  # type: ignore[arg-type]  # never reached
+        url = server.base_url(token)
+        for body, message in [(b"{not json", "the body is not JSON"),
+                              (json.dumps({"messages": []}).encode(), "'messages' must be a non-empty array"),
+                              (json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": True}).encode(),
+                               "stream = true is not supported")]:
+            got = httpx.post(f"{url}/chat/completions", content=body, timeout=10)
+            assert got.status_code == 400 and message in got.json()["error"]["message"]
+        assert len(server.close_episode(token).errors) == 3
+        assert httpx.post(f"{url}/chat/completions", json={}, timeout=10).status_code == 404  # the episode ended
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("function, match, timed_out", [
+    ("broken", "the agent support.agent_envs:broken raised RuntimeError: the agent broke", False),
+    ("forever", "the episode ran longer than environment.episode_timeout_s = 1", True),
+])
+def test_an_agent_that_raises_or_overruns_fails_its_episode(tokenizer, function, match, timed_out):
+    with pytest.raises(EpisodeFailed, match=match) as info:
+        run(agent(function), tokenizer, episode_timeout_s=1.0)
+    assert info.value.timed_out == timed_out
+
+
+def test_a_client_that_never_closes_does_not_hang_the_episode(tokenizer):
+    started = time.monotonic()
+    episode, _ = run(agent("never_closes"), tokenizer, episode_timeout_s=60.0)
+    assert episode.env_reward == 1.0 and time.monotonic() - started < 30
+    assert agent_envs.LEFT_OPEN  # still open: the episode ended without it
+
+
+def test_the_endpoint_listens_on_loopback_only():
+    from grpo_run.plugins.environments.agent_server import EpisodeServer
+
+    server = EpisodeServer()
+    server.start()
+    try:
+        (listening,) = [s for srv in server._server.servers for s in srv.sockets]
+        assert listening.getsockname()[0] == "127.0.0.1"
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outward address
+            outward = probe.getsockname()[0]
+        except OSError:
+            outward = None
+        finally:
+            probe.close()
+        if outward and not outward.startswith("127."):
+            with pytest.raises(OSError):
+                socket.create_connection((outward, server.port), timeout=5).close()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("function, match", [
+    ("nowhere_module:solve", "cannot import 'nowhere_module'"),
+    ("support.agent_envs:missing", "has no 'missing'"),
+    ("support.agent_envs:not_async", "must be an async def f\\(row, base_url\\) -> float"),
+    ("solve", "must be 'module:function'"),
+])
+def test_a_bad_function_is_a_config_error_naming_the_key(function, match):
+    from grpo_run.core.config.formatting import ConfigError
+    from grpo_run.core.config.loading import parse_config
+    from grpo_run.core.plugins.host import build_plugin_host
+
+    data = {"model": {"name_or_path": "tiny-arithmetic"}, "task": {"name": "arithmetic"},
+            "environment": {"name": "agent", "function": function}, "renderer": {"name": "tiny-chat"},
+            "verifiers": {"math": {}}}
+    with pytest.raises(ConfigError, match=f"environment.function: .*{match}"):
+        parse_config(data, build_plugin_host().registry)
+
+
+def test_the_agent_example_trains_two_steps_through_the_cli(tmp_path, monkeypatch):
+    from grpo_run.cli.main import main
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # as PYTHONPATH=examples does
+    out = tmp_path / "out"
+    argv = [str(EXAMPLES / "agent-calculator.toml"), "--output-dir", str(out)]
+    for override in ["rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
+                     "train.total_steps=2", "optim.warmup_steps=1", "logging.progress=false", "task.num_eval=8"]:
+        argv += ["--set", override]
+    assert main(argv) == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert lines[0]["eval/num_prompts"] == 8  # greedy agent episodes
+    for line in lines[1:]:
+        assert line["env/episodes"] == 16 and line["env/error_rate"] == 0
+        assert line["env/requests"] == line["env/turns_mean"] >= 1 and line["env/segments_mean"] == 1
+
+
+def test_a_bad_agent_function_is_named_by_grpo_run_check(tmp_path, capsys, monkeypatch):
+    from grpo_run.cli.main import main
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    bad = tmp_path / "bad.toml"
+    bad.write_text((EXAMPLES / "agent-calculator.toml").read_text().replace("agent_calculator:solve",
+                                                                            "agent_calculator:calculate"))
+    assert main(["check", str(bad)]) == 2
+    assert ("bad.toml: environment.function: 'agent_calculator:calculate' must be an async def "
+            "f(row, base_url) -> float") in capsys.readouterr().err
+
+
+def test_a_run_whose_agent_always_raises_stops_with_the_agents_error(tmp_path, capsys, monkeypatch):
+    from grpo_run.cli.main import main
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    argv = [str(EXAMPLES / "agent-calculator.toml"), "--output-dir", str(tmp_path / "out")]
+    for override in ["rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
+                     "train.total_steps=2", "logging.progress=false", "task.num_eval=8", "train.local_eval_every=0",
+                     "environment.function=support.agent_envs:broken", "scoring.error_min_calls=16"]:
+        argv += ["--set", override]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "environment 'agent' failed 16 of its last 16 calls" in err
+    assert "the agent support.agent_envs:broken raised RuntimeError: the agent broke" in err
