@@ -204,3 +204,8 @@ def test_config_mistakes_name_their_key(tmp_path, capsys, monkeypatch):
         assert main(["check", str(cfg)]) == 2
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err
+
+
+def test_a_game_module_that_cannot_be_imported_is_one_clear_error(tmp_path):
+    with pytest.raises(grpo_run.UserError, match=r"^environment 'text_game': cannot import 'no_such_games' "):
+        grpo_run.train(game_config(backend="no_such_games:Game"), output_dir=tmp_path / "run")
