@@ -57,9 +57,9 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic")
 
 
-def producer(tokenizer, env, *, guard=None, step_timeout_s=5.0):
+def producer(tokenizer, env, *, guard=None, step_timeout_s=5.0, **options):
     engine = ScriptedEngine(tokenizer, ["calculator(12+7)", "19"], "<|assistant|>")
-    settings = EnvironmentSlot("scripted", step_timeout_s=step_timeout_s)
+    settings = EnvironmentSlot("scripted", step_timeout_s=step_timeout_s, **options)
     params = SamplingParams(n=G, max_new_tokens=64)
     runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tokenizer), engine, settings, params)
     return EpisodeProducer(Sampler(), engine, Scorer(), Encoder(), params, 3,
@@ -78,6 +78,17 @@ def test_episodes_are_scored_on_their_last_turn_and_env_rewards_add(tokenizer):
     assert m["env/turns_mean"] == 2 and m["env/tool_calls_mean"] == 1 and m["env/error_rate"] == 0
     assert m["env/env_token_share"] == pytest.approx(4 / (17 + 4 + 3))
     assert prod.rollout_state()["groups_drawn"] == 3
+
+
+@pytest.mark.parametrize("granularity, returns", [("trajectory", ()), ("turn", (1.5, 1.25))])
+def test_episodes_carry_their_returns_to_go_per_turn_when_asked(tokenizer, granularity, returns):
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, reward=0.25)
+    prod = producer(tokenizer, env, advantage_granularity=granularity)
+    batch = asyncio.run(prod.produce(1))
+    prod.close()
+    # verifier 1.0 + two turns of 0.25: G_0 = 1.5 (the episode's reward), G_1 = 1.0 + 0.25
+    assert all(r == pytest.approx(1.5) for g in batch.groups for r in g.rewards)
+    assert {e.returns for g in batch.groups for e in g.completions} == {returns}
 
 
 @pytest.mark.parametrize("fail", ["raise", "hang", "garbage"])

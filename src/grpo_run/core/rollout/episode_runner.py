@@ -53,15 +53,18 @@ class _Open:
     logprobs: list[float] = attrs.Factory(list)
     sampled: list[bool] = attrs.Factory(list)
     roles: list[str] = attrs.Factory(list)
+    turns: list[int] = attrs.Factory(list)
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str) -> None:
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str, turn: int) -> None:
         self.ids += ids
+        self.turns += [turn] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [NAN] * len(ids)
         self.sampled += [logprobs is not None] * len(ids)
         self.roles += [role] * len(ids)
 
     def close(self) -> Segment:
-        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles))
+        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles),
+                       tuple(self.turns))
 
 
 class EpisodeRunner:
@@ -168,7 +171,7 @@ class EpisodeRunner:
             started = time.perf_counter()
             comp = await self.batcher.generate((seed, sample, turn), seg.prompt + seg.ids, params)
             metrics["generation_s"] += time.perf_counter() - started
-            seg.add(comp.token_ids, comp.logprobs, "assistant")
+            seg.add(comp.token_ids, comp.logprobs, "assistant", turn)
             used += len(comp.token_ids)
             versions.append(comp.policy_versions)
             parsed = self.renderer.parse(comp.token_ids)
@@ -208,7 +211,7 @@ class EpisodeRunner:
             if used + len(bridge) >= budget:  # the environment's answer does not fit: the episode ends
                 finish = "length"
                 break
-            seg.add(bridge, None, "environment")
+            seg.add(bridge, None, "environment", turn)
             used += len(bridge)
             metrics["env_tokens"] += len(bridge)
         if seg is not None and seg.ids:
@@ -233,6 +236,7 @@ class EpisodeRunner:
             messages=tuple(messages),
             metrics=metrics,
             train_on_env_tokens=s.train_on_env_tokens,
+            turn_rewards=tuple(rewards),
         )
 
     def _cut(self, message: Mapping[str, Any]) -> dict[str, Any]:

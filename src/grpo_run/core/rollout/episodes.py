@@ -32,6 +32,8 @@ class Segment:
     """True on ids the engine sampled."""
     roles: tuple[str, ...] = ()
     """Per completion id: ``"assistant"`` or ``"environment"`` (traces)."""
+    turns: tuple[int, ...] = ()
+    """Per completion id: the turn it belongs to (0-based; a bridge belongs to the turn it answers)."""
 
     def loss_mask(self, train_on_env_tokens: bool) -> tuple[bool, ...]:
         return (True,) * len(self.completion_ids) if train_on_env_tokens else self.sampled
@@ -56,6 +58,11 @@ class Episode:
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     train_on_env_tokens: bool = False
     """Whether environment ids count in the loss (``environment.train_on_env_tokens``)."""
+    turn_rewards: tuple[float, ...] = ()
+    """The environment's reward of each turn it stepped (a turn cut by a budget has none)."""
+    returns: tuple[float, ...] = ()
+    """Return-to-go of each turn, set when ``environment.advantage_granularity = "turn"``
+    (:func:`returns_to_go`); empty: the episode trains with one advantage."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -90,6 +97,20 @@ def combine_rewards(rewards: Sequence[float], how: str, discount: float = 1.0) -
     if how == "discounted":
         return float(sum(r * discount**t for t, r in enumerate(rewards)))
     raise ValueError(f"unknown reward combination {how!r}")
+
+
+def returns_to_go(turn_rewards: Sequence[float], final: float, turns: int, discount: float = 1.0) -> tuple[float, ...]:
+    """``G_t = sum_{t' >= t} discount**(t' - t) * r_t' + final`` for ``t < turns``.
+
+    ``final`` (the verifiers' score and ``finish``) is not discounted, so ``G_0`` is exactly the
+    episode's reward under ``reward_combination = "sum"`` (discount 1) or ``"discounted"``. A turn
+    without a reward (cut by a budget) counts 0."""
+    out = [0.0] * turns
+    tail = 0.0
+    for t in reversed(range(turns)):
+        tail = (turn_rewards[t] if t < len(turn_rewards) else 0.0) + discount * tail
+        out[t] = tail + final
+    return tuple(out)
 
 
 def derive_seed(*parts: Any) -> int:
