@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from grpo_run import Registrar, hookimpl
+from grpo_run.plugins.environments.games import Counter, GuessDigit
 from grpo_run.plugins.environments.tools import ToolsEnvironment
 
 
 @hookimpl
 def grpo_run_register_environments(register: Registrar) -> None:
     """Register the built-in environments."""
-    for environment in (ToolsEnvironment,):
+    for environment in (ToolsEnvironment, GuessDigit, Counter):
         register(environment)
