@@ -125,3 +125,18 @@ def test_evaluation_runs_greedy_episodes_scored_on_their_last_turn(tokenizer):
     assert metrics["eval/accuracy"] == 0.5 and metrics["eval/num_prompts"] == 2
     assert [params.greedy for _, params in engine.calls] == [True] * 4  # two turns of two episodes
     assert [len(env.actions)] == [4]
+
+
+def test_evaluation_reports_the_environment_rewards_and_metrics(tokenizer):
+    from grpo_run.core.data.prompts import PromptRow
+    from grpo_run.core.loop.evaluation import Evaluator
+
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, reward=0.25)
+    prod = producer(tokenizer, env)
+    rows = [PromptRow({"id": f"e{i}", "prompt": "12+7", "ground_truth": gt}, [0]) for i, gt in enumerate(["19", "20"])]
+    metrics = asyncio.run(Evaluator(prod.runner.engine, Scorer(), rows, 64, episodes=prod.runner).evaluate(0))
+    prod.close()
+    # two turns of 0.25 each; the verifier adds 1 to the first episode only
+    assert metrics["eval/env_reward_mean"] == 0.5 and metrics["eval/reward_mean"] == 1.0
+    assert metrics["eval/env/turns_mean"] == 2 and metrics["eval/env/tool_calls_mean"] == 1
+    assert metrics["eval/env/episodes"] == 2 and metrics["eval/env/error_rate"] == 0
