@@ -13,12 +13,15 @@ problems are never seen):
 * otherwise it answers ``a+b`` at once (a confident misconception: wrong unless ``a*b == a+b``).
 
 Copy turns are also trained on random results (the tool's answer, not the product), so copying
-reads the tool message instead of recalling products. The model then answers ``a+b`` greedily
-(eval accuracy ~0) while about a quarter of its temperature-1 episodes call the tool and earn the
-reward: RL with the math verifier on the final answer moves it to calling (tool calls per episode
-and eval accuracy rise together). Deterministic (seeded, one torch thread); about a minute::
+reads the tool message instead of recalling products; ``--p-copy-drill`` adds episodes where only
+the copy turn trains. The aim: the model answers ``a+b`` greedily (eval accuracy ~0) while some of
+its temperature-1 episodes call the tool and copy the answer, so that RL with the math verifier on
+the final answer moves it to calling. Status (docs/environments.md): after 350 steps (17 min on
+the loaded 2-core machine) the sampled call rate is 0.07 but only 17% of copies are right, too
+few for RL to find rewarded calls; the checkpoint is not shipped yet. Deterministic with
+``--threads 1``::
 
-    python scripts/make_tiny_calculator_checkpoint.py
+    python scripts/make_tiny_calculator_checkpoint.py --out /tmp/tiny-calculator
 """
 
 from __future__ import annotations

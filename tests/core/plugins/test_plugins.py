@@ -25,7 +25,6 @@ BUILTINS = {
     ("environment", "tools"),
     ("environment", "guess-a-digit"),
     ("environment", "counter"),
-    ("model", "tiny-calculator"),
     ("renderer", "chat-template"),
     ("renderer", "tiny-chat"),
     ("tool", "calculator"),
