@@ -61,3 +61,16 @@ def test_a_path_without_a_model_is_a_clear_error(tmp_path: Path, capsys) -> None
     err = capsys.readouterr().err
     assert f"--checkpoint {tmp_path}: not a model directory (no config.json) and no step_<n> checkpoint under it" in err
     assert "Traceback" not in err
+
+
+def test_eval_of_an_environment_config_runs_greedy_episodes(tmp_path: Path, capsys) -> None:
+    from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
+
+    assert main(["eval", str(EXAMPLES / "calculator-tool.toml"), "--checkpoint", str(CHECKPOINTS_DIR / "tiny-arithmetic"),
+                 "--json", "--set", "task.num_eval=8", "--output-dir", str(tmp_path / "eval")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["eval/num_prompts"] == 8 and printed["eval/env/episodes"] == 8
+    assert printed["eval/env/error_rate"] == 0 and 1 <= printed["eval/env/turns_mean"] <= 2
+    assert "eval/env_reward_mean" in printed
+    traces = [json.loads(line) for line in next((tmp_path / "eval" / "rollouts").glob("eval_*.jsonl")).read_text().splitlines()]
+    assert all(t["turns"] for t in traces)  # each trace shows its episode's turns

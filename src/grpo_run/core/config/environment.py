@@ -45,6 +45,11 @@ class EnvironmentSlot(PluginSlot):
     ``mask_tool_use = false``); off: only sampled tokens train."""
     workers: int = attrs.field(default=4, validator=positive, kw_only=True)
     """Threads that run synchronous environment code (never the event loop)."""
+    advantage_granularity: Literal["trajectory", "turn"] = attrs.field(default="trajectory", kw_only=True)
+    """``"trajectory"``: every token of an episode gets its group advantage. ``"turn"``: the tokens
+    of turn ``t`` get the return-to-go ``G_t = sum_{t' >= t} discount**(t'-t) r_t' + F`` (``F``: the
+    verifiers' score and ``finish``), centred and scaled by the group statistics of the episode
+    returns ``G_0`` (docs/environments.md)."""
 
 
 def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
@@ -64,6 +69,10 @@ def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue(
             "environment.max_tokens_per_turn",
             f"must be <= rollout.response_length ({cfg.rollout.response_length}), got {env.max_tokens_per_turn}"))
+    if env.advantage_granularity == "turn" and env.reward_combination == "last":
+        issues.append(ConfigIssue(
+            "environment.advantage_granularity",
+            '"turn" needs returns summed over turns: set environment.reward_combination to "sum" or "discounted"'))
     alg = cfg.algorithm
     if env.train_on_env_tokens and (alg.use_engine_logprobs_as_old or alg.mismatch_correction != "none"):
         issues.append(ConfigIssue(

@@ -196,8 +196,25 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
     if env is None:
         return RolloutProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed)
     from grpo_run.core.rollout.episode_producer import EpisodeProducer
-    from grpo_run.core.rollout.episode_runner import EpisodeRunner
     from grpo_run.core.scoring.metrics import ErrorRateGuard
+
+    runner = build_episode_runner(cfg, registry, tokenizer, engine, params)
+    assert runner is not None
+    sc = cfg.scoring
+    guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
+                           what="environment")
+    return EpisodeProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed,
+                           runner=runner, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
+
+
+def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, engine: GenerationEngine,
+                         params: SamplingParams) -> Any:
+    """The :class:`EpisodeRunner` of the ``[environment]`` (None without one): training's producer
+    and ``grpo-run eval`` build it the same way."""
+    env = cfg.environment
+    if env is None:
+        return None
+    from grpo_run.core.rollout.episode_runner import EpisodeRunner
 
     assert cfg.renderer is not None  # an invariant
     tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
@@ -206,12 +223,7 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
     except ValueError as exc:
         raise UserError(f"environment {env.name!r}: {exc}") from None
     renderer = registry.get(RENDERER, cfg.renderer.name)(cfg.renderer.config, tokenizer)
-    runner = EpisodeRunner(environment, renderer, engine, env, params)
-    sc = cfg.scoring
-    guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
-                           what="environment")
-    return EpisodeProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed,
-                           runner=runner, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
+    return EpisodeRunner(environment, renderer, engine, env, params)
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

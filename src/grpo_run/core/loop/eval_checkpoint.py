@@ -15,12 +15,12 @@ from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
-from grpo_run.core.loop.build import build_scorer, load_tokenizer
+from grpo_run.core.loop.build import build_episode_runner, build_scorer, load_tokenizer
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.plugins.families import ENGINE
 from grpo_run.core.plugins.host import PluginHost
-from grpo_run.core.plugins.types import EngineContext
+from grpo_run.core.plugins.types import EngineContext, SamplingParams
 from grpo_run.core.scoring.scorer import RewardScorer
 
 EVAL_METRICS_FILE = "eval_metrics.json"
@@ -87,11 +87,16 @@ def evaluate_checkpoint(
         decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
         traces = TraceWriter(output_dir, 1, cfg.logging.max_rollout_bytes, decode)
     r = cfg.rollout
-    evaluator = Evaluator(engine, scorer, prompts, r.response_length, r.stop_strings,
+    params = SamplingParams(n=1, max_new_tokens=r.response_length, temperature=r.temperature, top_p=r.top_p,
+                            stop_strings=tuple(r.stop_strings))
+    episodes = build_episode_runner(cfg, registry, tokenizer, engine, params)  # greedy episodes with [environment]
+    evaluator = Evaluator(engine, scorer, prompts, r.response_length, r.stop_strings, episodes=episodes,
                           num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces)
     try:
         metrics = asyncio.run(_evaluate(evaluator, scorer, step or 0))
     finally:
+        if episodes is not None:
+            episodes.close()
         scorer.close()
         engine.close()
     if output_dir is not None:

@@ -14,6 +14,7 @@ from grpo_run.core.loop.traces import TraceWriter, episode_spans
 from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
 from grpo_run.core.rollout.seeds import eval_seed
+from grpo_run.core.rollout.episode_producer import episode_metrics
 from grpo_run.core.rollout.episode_runner import EpisodeRunner
 from grpo_run.core.rollout.episodes import Episode, derive_seed, failed_episode
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
@@ -78,11 +79,15 @@ class Evaluator:
         n = max(1, len(rows))
         metrics = {
             "eval/accuracy": sum(is_solved(s.reward, s.max_reward) for s in scored) / n,
-            "eval/reward_mean": sum(s.reward for s in scored) / n,
+            "eval/reward_mean": sum(s.reward + getattr(c, "env_reward", 0.0) for s, c in zip(scored, greedy)) / n,
             "eval/response_length_mean": sum(len(c.token_ids) for c in greedy) / n,
             "eval/stop_rate": sum(c.finish_reason == "stop" for c in greedy) / n,
             "eval/num_prompts": float(len(rows)),
         }
+        if self.episodes is not None:  # the environment's rewards and metrics of the greedy episodes
+            metrics["eval/env_reward_mean"] = sum(c.env_reward for c in greedy) / n
+            stats = [{"failed": float(c.finish_reason == "error"), "timed_out": 0.0, **c.metrics} for c in greedy]
+            metrics.update({f"eval/{k}": v for k, v in episode_metrics(stats).items()})
         traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True)
         if self.num_samples:
             params = self.sampled_params

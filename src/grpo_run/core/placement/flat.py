@@ -87,7 +87,7 @@ class FlatWeights(Mapping[str, torch.Tensor]):
 
 def encode_sequences(seqs: Sequence[SequenceToPack]) -> dict[str, np.ndarray]:
     """Rollout sequences as concatenated numpy arrays (see :func:`decode_sequences`)."""
-    return {
+    out = {
         "prompt_lengths": np.array([len(s.prompt_ids) for s in seqs], dtype=np.int64),
         "completion_lengths": np.array([len(s.completion_ids) for s in seqs], dtype=np.int64),
         "tokens": np.array([t for s in seqs for t in (*s.prompt_ids, *s.completion_ids)], dtype=np.int64),
@@ -101,6 +101,12 @@ def encode_sequences(seqs: Sequence[SequenceToPack]) -> dict[str, np.ndarray]:
             dtype=np.bool_,
         ),
     }
+    if any(s.token_advantages is not None for s in seqs):  # per-turn advantages of episodes
+        out["has_token_advantages"] = np.array([s.token_advantages is not None for s in seqs], dtype=np.bool_)
+        out["token_advantages"] = np.array(
+            [a for s in seqs for a in (s.token_advantages if s.token_advantages is not None
+                                       else (s.advantage,) * len(s.completion_ids))], dtype=np.float64)
+    return out
 
 
 def decode_sequences(data: Mapping[str, np.ndarray]) -> list[SequenceToPack]:
@@ -109,6 +115,7 @@ def decode_sequences(data: Mapping[str, np.ndarray]) -> list[SequenceToPack]:
     tokens = data["tokens"].tolist()
     logprobs = data["engine_logprobs"].tolist()
     token_mask = data["token_mask"].tolist() if "token_mask" in data else None
+    token_advs = data["token_advantages"].tolist() if "token_advantages" in data else None
     at, at_lp = 0, 0
     for i, (p, c) in enumerate(zip(data["prompt_lengths"].tolist(), data["completion_lengths"].tolist())):
         seqs.append(
@@ -120,6 +127,8 @@ def decode_sequences(data: Mapping[str, np.ndarray]) -> list[SequenceToPack]:
                 seq_id=int(data["seq_ids"][i]),
                 loss_mask=bool(data["loss_mask"][i]),
                 token_mask=_token_mask(token_mask, at_lp, c),
+                token_advantages=(tuple(token_advs[at_lp : at_lp + c])
+                                  if token_advs is not None and data["has_token_advantages"][i] else None),
             )
         )
         at += p + c

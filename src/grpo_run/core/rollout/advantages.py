@@ -44,6 +44,32 @@ def group_advantages(
     return torch.where(groups_with_spread(r)[:, None], advantages, torch.zeros_like(advantages))
 
 
+def turn_advantages(
+    totals: list[float], returns: list[list[float]], kind: AdvantageKind = "standard", eps: float = 1e-8,
+    *, std: StdKind = "sample",
+) -> list[list[float]]:
+    """Per-turn advantages of one group (``advantage_granularity = "turn"``).
+
+    ``totals``: each episode's reward ``G_0``; ``returns``: each episode's return-to-go per turn
+    (``returns[i][0] == totals[i]``). Turn ``t`` of episode ``i`` gets ``(G_it - mean(G_0)) /
+    (std(G_0) + eps)`` (``"centered"``: no division): the baseline and scale are the group's
+    trajectory statistics, so turn 0 gets exactly the trajectory advantage, and a later turn less
+    the more reward came before it. A group without spread in ``G_0`` gets zeros, as in
+    :func:`group_advantages`.
+    """
+    r = torch.tensor([totals], dtype=torch.float64)
+    if not bool(groups_with_spread(r)[0]):
+        return [[0.0] * len(g) for g in returns]
+    mean = r.mean()
+    if kind == "centered":
+        scale = 1.0
+    elif kind == "standard":
+        scale = float(r.std(correction=1 if std == "sample" else 0)) + eps
+    else:
+        raise ValueError(f"unknown advantage kind {kind!r}; expected 'standard' or 'centered'")
+    return [[(g - float(mean)) / scale for g in episode] for episode in returns]
+
+
 SPREAD_ATOL = 1e-12
 SPREAD_RTOL = 1e-9
 

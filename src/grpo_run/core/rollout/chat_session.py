@@ -87,8 +87,8 @@ class ChatSession:
         started = time.perf_counter()
         comp = await self.batcher.generate((*self.key, self.calls), seg.prompt + seg.ids, params)
         self.metrics["generation_s"] += time.perf_counter() - started
+        seg.add(comp.token_ids, comp.logprobs, "assistant", self.calls)
         self.calls += 1
-        seg.add(comp.token_ids, comp.logprobs, "assistant")
         self.used += len(comp.token_ids)
         self.versions.append(comp.policy_versions)
         turn = self.renderer.parse(comp.token_ids)
@@ -118,7 +118,7 @@ class ChatSession:
                 self._end(f"the conversation no longer fits the episode's {self.sampling.max_new_tokens} tokens "
                           f"(rollout.response_length)")
                 raise EpisodeOver(f"the episode can take no more turns: {self.over}")
-            seg.add(extra, None, "environment")
+            seg.add(extra, None, "environment", max(0, self.calls - 1))  # answers the previous turn
             self.used += len(extra)
             self.metrics["env_tokens"] += len(extra)
             return

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
-from grpo_run.core.rollout.episodes import Episode, derive_seed
+from grpo_run.core.rollout.episodes import Episode, combine_rewards, derive_seed, returns_to_go
 from grpo_run.core.rollout.producer import RolloutProducer
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.sequences import RolloutBatch
@@ -110,12 +110,19 @@ class EpisodeProducer(RolloutProducer):
 
     async def _score_groups(self, rows, prompt_ids, ready):  # type: ignore[no-untyped-def]
         groups, call_stats = await super()._score_groups(rows, prompt_ids, ready)
+        settings = self.runner.settings
         out = {}
         for i, group in groups.items():
             episodes: list[Episode] = group.completions  # type: ignore[assignment]
+            if settings.advantage_granularity == "turn":  # F = the verifiers' score + finish's reward
+                gamma = settings.discount if settings.reward_combination == "discounted" else 1.0
+                episodes = [attrs.evolve(e, returns=returns_to_go(
+                    e.turn_rewards, r + e.env_reward - combine_rewards(e.turn_rewards, settings.reward_combination, gamma),
+                    e.turns, gamma)) for r, e in zip(group.rewards, episodes)]
             out[i] = attrs.evolve(
                 group,
                 prompt_ids=list(episodes[0].segments[0].prompt_ids) if episodes[0].segments else group.prompt_ids,
+                completions=episodes,
                 rewards=[r + e.env_reward for r, e in zip(group.rewards, episodes)],
             )
         return out, call_stats

@@ -155,7 +155,7 @@ class EpisodeRunner:
             started = time.perf_counter()
             comp = await self.batcher.generate((seed, sample, turn), seg.prompt + seg.ids, params)
             metrics["generation_s"] += time.perf_counter() - started
-            seg.add(comp.token_ids, comp.logprobs, "assistant")
+            seg.add(comp.token_ids, comp.logprobs, "assistant", turn)
             used += len(comp.token_ids)
             versions.append(comp.policy_versions)
             parsed = self.renderer.parse(comp.token_ids)
@@ -195,7 +195,7 @@ class EpisodeRunner:
             if used + len(bridge) >= budget:  # the environment's answer does not fit: the episode ends
                 finish = "length"
                 break
-            seg.add(bridge, None, "environment")
+            seg.add(bridge, None, "environment", turn)
             used += len(bridge)
             metrics["env_tokens"] += len(bridge)
         if seg is not None and seg.ids:
@@ -220,6 +220,7 @@ class EpisodeRunner:
             messages=tuple(messages),
             metrics=metrics,
             train_on_env_tokens=s.train_on_env_tokens,
+            turn_rewards=tuple(rewards),
         )
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:

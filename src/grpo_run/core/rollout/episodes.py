@@ -33,6 +33,8 @@ class Segment:
     """True on ids the engine sampled."""
     roles: tuple[str, ...] = ()
     """Per completion id: ``"assistant"`` or ``"environment"`` (traces)."""
+    turns: tuple[int, ...] = ()
+    """Per completion id: the turn it belongs to (0-based; a bridge belongs to the turn it answers)."""
 
     def loss_mask(self, train_on_env_tokens: bool) -> tuple[bool, ...]:
         return (True,) * len(self.completion_ids) if train_on_env_tokens else self.sampled
@@ -47,15 +49,18 @@ class OpenSegment:
     logprobs: list[float] = attrs.Factory(list)
     sampled: list[bool] = attrs.Factory(list)
     roles: list[str] = attrs.Factory(list)
+    turns: list[int] = attrs.Factory(list)
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str) -> None:
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, role: str, turn: int = 0) -> None:
         self.ids += ids
+        self.turns += [turn] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [math.nan] * len(ids)
         self.sampled += [logprobs is not None] * len(ids)
         self.roles += [role] * len(ids)
 
     def close(self) -> Segment:
-        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles))
+        return Segment(tuple(self.prompt), tuple(self.ids), tuple(self.logprobs), tuple(self.sampled), tuple(self.roles),
+                       tuple(self.turns))
 
 
 @attrs.frozen
@@ -77,6 +82,11 @@ class Episode:
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     train_on_env_tokens: bool = False
     """Whether environment ids count in the loss (``environment.train_on_env_tokens``)."""
+    turn_rewards: tuple[float, ...] = ()
+    """The environment's reward of each turn it stepped (a turn cut by a budget has none)."""
+    returns: tuple[float, ...] = ()
+    """Return-to-go of each turn, set when ``environment.advantage_granularity = "turn"``
+    (:func:`returns_to_go`); empty: the episode trains with one advantage."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -111,6 +121,20 @@ def combine_rewards(rewards: Sequence[float], how: str, discount: float = 1.0) -
     if how == "discounted":
         return float(sum(r * discount**t for t, r in enumerate(rewards)))
     raise ValueError(f"unknown reward combination {how!r}")
+
+
+def returns_to_go(turn_rewards: Sequence[float], final: float, turns: int, discount: float = 1.0) -> tuple[float, ...]:
+    """``G_t = sum_{t' >= t} discount**(t' - t) * r_t' + final`` for ``t < turns``.
+
+    ``final`` (the verifiers' score and ``finish``) is not discounted, so ``G_0`` is exactly the
+    episode's reward under ``reward_combination = "sum"`` (discount 1) or ``"discounted"``. A turn
+    without a reward (cut by a budget) counts 0."""
+    out = [0.0] * turns
+    tail = 0.0
+    for t in reversed(range(turns)):
+        tail = (turn_rewards[t] if t < len(turn_rewards) else 0.0) + discount * tail
+        out[t] = tail + final
+    return tuple(out)
 
 
 def derive_seed(*parts: Any) -> int:

@@ -45,6 +45,9 @@ class SequenceToPack:
     """Per completion token, whether it counts in the loss (``None``: all do). An episode's
     environment messages and the template scaffolding around them are false: the engine did not
     sample them, and their ``engine_logprobs`` are NaN."""
+    token_advantages: tuple[float, ...] | None = None
+    """Per completion token, its advantage (``None``: ``advantage`` for all): an episode's
+    per-turn advantages (``environment.advantage_granularity = "turn"``)."""
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
@@ -149,6 +152,11 @@ def _check(seqs: Sequence[SequenceToPack], pack_length: int) -> None:
                 f"sequence {s.seq_id} has {len(s.completion_ids)} completion tokens but a token mask of "
                 f"{len(s.token_mask)}"
             )
+        if s.token_advantages is not None and len(s.token_advantages) != len(s.completion_ids):
+            raise ValueError(
+                f"sequence {s.seq_id} has {len(s.completion_ids)} completion tokens but "
+                f"{len(s.token_advantages)} token advantages"
+            )
         if len(s) > pack_length:
             raise ValueError(
                 f"sequence {s.seq_id} has {len(s)} tokens ({len(s.prompt_ids)} prompt + "
@@ -220,14 +228,15 @@ def pack_sequences(
             sid_r += [i] * n
             # Completion token k lands at start + p + k; its log-prob comes from the logits at the
             # position before it, so the prompt's last token predicts the first completion token.
-            if s.token_mask is None:
+            if s.token_mask is None and s.token_advantages is None:
                 cmask_r += [False] * p + [s.loss_mask] * c
                 adv_r += [0.0] * p + [s.advantage if s.loss_mask else 0.0] * c
                 elp_r += [0.0] * p + (list(s.engine_logprobs) if s.loss_mask else [0.0] * c)
             else:  # an episode: tokens the engine did not sample stay out (their NaN log-probs too)
                 keep = s.token_loss_mask()
                 cmask_r += [False] * p + list(keep)
-                adv_r += [0.0] * p + [s.advantage if k else 0.0 for k in keep]
+                per_token = s.token_advantages or (s.advantage,) * c
+                adv_r += [0.0] * p + [a if k else 0.0 for a, k in zip(per_token, keep)]
                 elp_r += [0.0] * p + [lp if k else 0.0 for lp, k in zip(s.engine_logprobs, keep)]
         pad = width - len(ids_r)
         ids.append(ids_r + [pad_token_id] * pad)

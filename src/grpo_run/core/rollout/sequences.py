@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import torch
 
-from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread
+from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread, turn_advantages
 from grpo_run.core.plugins.types import Completion, is_solved
 from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.rollout.episodes import Episode
@@ -86,12 +86,14 @@ def build_sequences(
     for gi, group in enumerate(batch.groups):
         if not keep[gi]:
             continue
+        per_turn = _turn_advantages(group, alg)
         for ci, comp in enumerate(group.completions):
             if not comp.token_ids:
                 continue
             loss_mask = not (alg.mask_truncated_completions and comp.finish_reason != "stop")
             if isinstance(comp, Episode):  # every segment trains with the episode's advantage
-                seqs.extend(episode_sequences(comp, float(advantages[gi, ci]), loss_mask, first_id=len(seqs)))
+                seqs.extend(episode_sequences(comp, float(advantages[gi, ci]), loss_mask, first_id=len(seqs),
+                                              turn_advantages=per_turn[ci] if per_turn else None))
                 continue
             seqs.append(
                 SequenceToPack(
@@ -125,9 +127,27 @@ def build_sequences(
     return seqs, metrics
 
 
-def episode_sequences(episode: Episode, advantage: float, loss_mask: bool, first_id: int) -> list[SequenceToPack]:
+def _turn_advantages(group: RolloutGroup, alg: AlgorithmSection) -> list[list[float]] | None:
+    """Per-turn advantages of a group of episodes with returns-to-go (``advantage_granularity =
+    "turn"``); None otherwise."""
+    episodes = group.completions
+    if not episodes or not all(isinstance(e, Episode) and e.returns for e in episodes):
+        return None
+    return turn_advantages(list(group.rewards), [list(e.returns) for e in episodes],  # type: ignore[union-attr]
+                           alg.advantage_normalization_type, alg.advantage_eps, std=alg.advantage_std)
+
+
+def episode_sequences(episode: Episode, advantage: float, loss_mask: bool, first_id: int,
+                      turn_advantages: list[float] | None = None) -> list[SequenceToPack]:
     """One sequence per segment of ``episode``: its ids, NaN log-probs on ids the engine did not
-    sample, and a per-token mask that keeps those out of the loss (unless trained on)."""
+    sample, and a per-token mask that keeps those out of the loss (unless trained on).
+
+    ``turn_advantages``: one per turn; each token then gets its turn's (``Segment.turns``)."""
+    def per_token(seg: Any) -> tuple[float, ...] | None:
+        if turn_advantages is None:
+            return None
+        return tuple(turn_advantages[min(t, len(turn_advantages) - 1)] for t in seg.turns)
+
     return [
         SequenceToPack(
             prompt_ids=list(seg.prompt_ids),
@@ -137,6 +157,7 @@ def episode_sequences(episode: Episode, advantage: float, loss_mask: bool, first
             seq_id=first_id + k,
             loss_mask=loss_mask,
             token_mask=seg.loss_mask(episode.train_on_env_tokens),
+            token_advantages=per_token(seg),
         )
         for k, seg in enumerate(episode.segments)
         if seg.completion_ids

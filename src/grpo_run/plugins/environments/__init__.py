@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grpo_run import Registrar, hookimpl
 from grpo_run.plugins.environments.agent import AgentEnvironment
+from grpo_run.plugins.environments.games import Counter, GuessDigit
 from grpo_run.plugins.environments.text_game import TextGameEnvironment
 from grpo_run.plugins.environments.tools import ToolsEnvironment
 
@@ -11,5 +12,5 @@ from grpo_run.plugins.environments.tools import ToolsEnvironment
 @hookimpl
 def grpo_run_register_environments(register: Registrar) -> None:
     """Register the built-in environments."""
-    for environment in (AgentEnvironment, ToolsEnvironment, TextGameEnvironment):
+    for environment in (AgentEnvironment, ToolsEnvironment, TextGameEnvironment, GuessDigit, Counter):
         register(environment)

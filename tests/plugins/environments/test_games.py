@@ -1,0 +1,54 @@
+"""The built-in games, played by a scripted engine through the episode runner on the char
+model's format: rewards per turn, feedback, the end of an episode."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.rollout.episode_runner import EpisodeRunner
+from grpo_run.plugins.environments.games import Counter, CounterConfig, GuessConfig, GuessDigit
+from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
+from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer
+from support.episodes import ScriptedEngine
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(CHECKPOINTS_DIR / "tiny-arithmetic")
+
+
+def play(tokenizer, env, script, seed, max_turns=4):
+    engine = ScriptedEngine(tokenizer, script, "<|assistant|>")
+    runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tokenizer), engine,
+                           EnvironmentSlot(env.name, max_turns=max_turns), SamplingParams(max_new_tokens=64))
+    try:
+        return asyncio.run(runner.run({"id": "r"}, seed, 0))
+    finally:
+        runner.close()
+
+
+def test_guess_a_digit_answers_higher_or_lower_and_rewards_fewer_turns(tokenizer):
+    env = GuessDigit(GuessConfig(), {})
+    episode = play(tokenizer, env, ["5", "8", "7"], seed=17)  # secret 7
+    assert [m["content"] for m in episode.messages] == ["guess", "5", "higher", "8", "lower", "7"]
+    assert episode.turns == 3 and episode.turn_rewards == (0.0, 0.0, 0.5)  # 1 - 0.25 * 2
+    assert episode.env_reward == 0.5 and episode.metrics["env/found"] == 1.0
+    first_try = play(tokenizer, env, ["7"], seed=27)
+    assert first_try.turns == 1 and first_try.env_reward == 1.0
+    lost = play(tokenizer, env, ["x", "1"], seed=7, max_turns=2)
+    assert [m["content"] for m in lost.messages] == ["guess", "x", "one digit", "1"]
+    assert lost.env_reward == 0.0 and lost.metrics["env/found"] == 0.0
+
+
+def test_counter_counts_up_by_one_and_ends_at_a_wrong_answer(tokenizer):
+    env = Counter(CounterConfig(), {})
+    episode = play(tokenizer, env, ["13", "15", "16"], seed=52)  # starts at 52 % 40 = 12
+    assert [m["content"] for m in episode.messages] == ["12", "13", "14", "15", "16", "16"]
+    assert episode.turn_rewards == (0.25, 0.25, 0.0) and episode.env_reward == 0.5
+    assert episode.metrics["env/right"] == 2.0
