@@ -233,6 +233,7 @@ class EpisodeRunner:
             messages=tuple(messages),
             metrics=metrics,
             train_on_env_tokens=s.train_on_env_tokens,
+            turn_versions=tuple(versions),
         )
 
     def _cut(self, message: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,9 @@ class Episode:
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     train_on_env_tokens: bool = False
     """Whether environment ids count in the loss (``environment.train_on_env_tokens``)."""
+    turn_versions: tuple[tuple[int, int], ...] = ()
+    """Per assistant turn, in order: the first and last policy version that sampled it (in-flight
+    updates can land between turns, and within one)."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:
