@@ -22,7 +22,7 @@ from support.processes import metrics_steps, run_grpo
 from grpo_run.core.config.dumping import dumps_toml
 
 pytestmark = pytest.mark.timeout(300)
-TOTAL = 5
+TOTAL = 4
 # What must match step for step (timings do not).
 COMPARED = ("rollout/reward_mean", "env/turns_mean", "env/tool_calls_mean", "env/episodes", "env/env_token_share",
             "train/loss", "train/grad_norm")
@@ -31,7 +31,7 @@ COMPARED = ("rollout/reward_mean", "env/turns_mean", "env/tool_calls_mean", "env
 def _config(tmp_path: Path) -> Path:
     cfg = tomllib.loads((EXAMPLES / "calculator-tool.toml").read_text())
     cfg["environment"]["name"] = "support.nudging_env:SlowNudgingTools"
-    cfg["rollout"].update(num_unique_prompts_rollout=4, num_samples_per_prompt_rollout=4, async_steps=1)
+    cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4, async_steps=1)
     cfg["train"].update(total_steps=TOTAL, local_eval_every=0)
     cfg["train"].pop("stop_at_eval_accuracy")
     cfg["optim"]["warmup_steps"] = 1
