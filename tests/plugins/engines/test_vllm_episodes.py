@@ -52,7 +52,7 @@ def test_tool_episodes_on_vllm_train_on_exactly_the_sampled_ids(tmp_path, monkey
     out = tmp_path / "run"
     overrides = ["engine.name=vllm", "environment.name=support.nudging_env:NudgingTools", "environment.max_turns=3",
                  "rollout.num_unique_prompts_rollout=2", "rollout.num_samples_per_prompt_rollout=2",
-                 "train.total_steps=2", "train.local_eval_every=0", "optim.warmup_steps=1",
+                 "train.total_steps=2", "train.local_eval_every=0", "optim.warmup_steps=1", "algorithm.filter_zero_std_samples=false",
                  "logging.progress=false", "logging.log_rollouts_every=1"]
     argv = [str(EXAMPLES / "calculator-tool.toml"), "--output-dir", str(out)]
     for override in overrides:
