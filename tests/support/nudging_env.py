@@ -1,6 +1,7 @@
 """A ``tools`` environment that never lets an episode end early: a turn that calls no tool gets a
 fixed user reply instead of ending the episode, so the shipped model (which answers without
-calling tools) plays every ``max_turns`` turn. Configured by import path:
+calling tools) plays every ``max_turns`` turn. A turn earns 0.05 per character (so that the
+samples of a group differ and every step has something to learn). Configured by import path:
 ``--set environment.name=support.nudging_env:NudgingTools`` on the calculator-tool example."""
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ class NudgingTools(ToolsEnvironment):
 
     def step(self, state: ToolsState, action: Action) -> EnvStep:
         step = super().step(state, action)
+        reward = step.reward + 0.05 * len(action.turn.text)
         if action.turn.tool_calls or not step.done:
-            return step
-        return EnvStep([{"role": "user", "content": REPLY}], step.reward, False, step.metrics)
+            return EnvStep(step.messages, reward, step.done, step.metrics)
+        return EnvStep([{"role": "user", "content": REPLY}], reward, False, step.metrics)
 
 
 class SlowNudgingTools(NudgingTools):

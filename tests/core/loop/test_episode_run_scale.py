@@ -4,12 +4,13 @@ calculator-tool example, every episode nudged to two turns (``support.nudging_en
 * with ``learner.num_learners = 2`` (DDP over gloo) the first step trains on the same episodes
   as one process and gets the same loss: the per-token masks of episodes survive the split
   over ranks;
-* on a local Ray instance, with two DeepSpeed ZeRO-2 learner actors, the run completes.
+* on a local Ray instance, with two learner actors, the run completes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ EPISODES = ["environment.name=support.nudging_env:NudgingTools", "environment.ma
             "rollout.num_unique_prompts_rollout=2", "rollout.num_samples_per_prompt_rollout=4",
             "train.total_steps=2", "train.local_eval_every=0", "optim.warmup_steps=1",
             "algorithm.filter_zero_std_samples=false", "logging.progress=false"]
-SAME_EPISODES = ("rollout/reward_mean", "env/turns_mean", "env/episodes", "env/env_token_share")
+SAME_EPISODES = ("reward/mean", "reward/std", "env/turns_mean", "env/episodes", "env/env_token_share")
 
 
 def _argv(out: Path, *extra: str) -> list[str]:
@@ -53,17 +54,18 @@ def test_episodes_with_two_ddp_learners_train_as_one_process(tmp_path):
     assert [r["step"] for r in two] == [1, 2] and all(r["env/error_rate"] == 0 for r in two)
     assert all(r["env/turns_mean"] == 2 for r in two)
     assert {k: one[0][k] for k in SAME_EPISODES} == {k: two[0][k] for k in SAME_EPISODES}
-    assert two[0]["train/loss"] == pytest.approx(one[0]["train/loss"], rel=1e-4, abs=1e-6)
+    assert one[0]["optim/grad_norm"] > 0  # the step had something to learn
+    for key in ("loss/policy", "optim/grad_norm"):
+        assert two[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-7), key
 
 
-def test_episodes_on_ray_with_two_deepspeed_learners(tmp_path):
+def test_episodes_on_ray_with_two_learners(tmp_path):
     pytest.importorskip("ray")
-    pytest.importorskip("deepspeed")
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)  # a local instance of its own
-    argv = _argv(out, "distributed.backend=ray", "learner.num_learners=2", "learner.strategy=deepspeed")
+    argv = _argv(out, "distributed.backend=ray", "learner.num_learners=2")
     proc = subprocess.run([sys.executable, "-m", "grpo_run.cli.main", *argv], env=env, text=True,
                           capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,4 +73,4 @@ def test_episodes_on_ray_with_two_deepspeed_learners(tmp_path):
     rows = _rows(out)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["env/error_rate"] == 0 and r["env/turns_mean"] == 2 for r in rows)
-    assert all(r["train/loss"] == r["train/loss"] for r in rows)  # finite, not NaN
+    assert all(math.isfinite(r["loss/policy"]) and math.isfinite(r["optim/grad_norm"]) for r in rows)
