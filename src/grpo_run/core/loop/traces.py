@@ -119,13 +119,18 @@ def train_traces(event: StepEvent, decode: Decode) -> list[CompletionTrace]:
 def episode_spans(episode: Episode, decode: Decode) -> tuple[dict[str, object], ...]:
     """An episode's completion ids as runs of one role and one mask, decoded."""
     spans: list[dict[str, object]] = []
+    turn = 0
     for k, seg in enumerate(episode.segments):
         mask = seg.loss_mask(episode.train_on_env_tokens)
         start = 0
         for i in range(1, len(seg.completion_ids) + 1):
             if i == len(seg.completion_ids) or (seg.roles[i], mask[i]) != (seg.roles[start], mask[start]):
-                spans.append({"segment": k, "role": seg.roles[start], "trained": bool(mask[start]),
-                              "text": decode(seg.completion_ids[start:i])})
+                span: dict[str, object] = {"segment": k, "role": seg.roles[start], "trained": bool(mask[start]),
+                                           "text": decode(seg.completion_ids[start:i])}
+                if seg.roles[start] == "assistant" and turn < len(episode.turn_versions):
+                    span["policy_version"] = episode.turn_versions[turn][0]  # the version that sampled the turn
+                    turn += 1
+                spans.append(span)
                 start = i
     return tuple(spans)
 

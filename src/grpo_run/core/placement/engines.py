@@ -57,8 +57,14 @@ class EnginePool:
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = list(engines)
+        self.continuous_batching = all(getattr(e, "continuous_batching", False) for e in self.engines)
+        """Every engine batches requests itself: callers may send requests one by one."""
+        self._turn = 0
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        if len(prompts) == 1 and len(self.engines) > 1:  # single requests (episode turns) take turns
+            self._turn += 1
+            return await self.engines[self._turn % len(self.engines)].generate(prompts, _share(params, 0))
         chunks = [(s, e) for s, e in split_evenly(len(prompts), len(self.engines)) if e > s]
         results = await asyncio.gather(*(self.engines[i].generate(prompts[s:e], _share(params, s))
                                          for i, (s, e) in enumerate(chunks)))

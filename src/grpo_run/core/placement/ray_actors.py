@@ -139,6 +139,8 @@ class RemoteEngine:
         self.actor = actor
         self.where = where
         self.version = 0
+        self.continuous_batching = False
+        """The engine class batches requests itself (set by :func:`remote_engine`)."""
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         return await self._await(self.actor.generate.remote(list(map(list, prompts)), params), "generate")
@@ -191,7 +193,9 @@ class StatefulRemoteEngine(RemoteEngine):
 
 def remote_engine(name: str, cls: type, actor: Any, where: Mapping[str, Any]) -> RemoteEngine:
     proxy = StatefulRemoteEngine if issubclass(cls, Stateful) else RemoteEngine
-    return proxy(name, actor, where)
+    remote = proxy(name, actor, where)
+    remote.continuous_batching = bool(getattr(cls, "continuous_batching", False))
+    return remote
 
 
 def remote_cause(error: RayTaskError) -> BaseException:

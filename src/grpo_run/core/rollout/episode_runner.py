@@ -221,6 +221,7 @@ class EpisodeRunner:
             metrics=metrics,
             train_on_env_tokens=s.train_on_env_tokens,
             turn_rewards=tuple(rewards),
+            turn_versions=tuple(versions),
         )
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
@@ -261,6 +262,7 @@ class EpisodeRunner:
             messages=tuple(chat.messages),
             metrics=metrics,
             train_on_env_tokens=self.settings.train_on_env_tokens,
+            turn_versions=tuple(chat.versions),
         )
 
     def _cut(self, message: Mapping[str, Any]) -> dict[str, Any]:

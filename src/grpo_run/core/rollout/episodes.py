@@ -87,6 +87,9 @@ class Episode:
     returns: tuple[float, ...] = ()
     """Return-to-go of each turn, set when ``environment.advantage_granularity = "turn"``
     (:func:`returns_to_go`); empty: the episode trains with one advantage."""
+    turn_versions: tuple[tuple[int, int], ...] = ()
+    """Per assistant turn, in order: the first and last policy version that sampled it (in-flight
+    updates can land between turns, and within one)."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:

@@ -5,6 +5,10 @@ running; when every one of them is waiting for a turn, it sends all those turns 
 ``generate`` call (one call per distinct sampling setting). The batch is therefore the same
 whatever the timing of environment steps, and so is its sampling seed, derived from the
 ``(group seed, sample, turn)`` keys of its members: a resumed run draws the same turns.
+
+An engine that batches requests itself (``continuous_batching = True``, as vLLM does) gets each
+turn as its own request the moment it is asked for, seeded by its own key alone: episodes then
+interleave inside the engine, and no episode waits for another's environment step.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class TurnBatcher:
         self._tasks: set[asyncio.Task] = set()
         self.calls = 0
         """Engine calls made (metrics)."""
+        self.per_request = bool(getattr(engine, "continuous_batching", False))
+        """Each turn its own engine call (the engine interleaves them)."""
 
     def enter(self) -> None:
         self.active += 1
@@ -39,7 +45,14 @@ class TurnBatcher:
         self._maybe_flush()
 
     async def generate(self, key: tuple[Any, ...], prompt: Sequence[int], params: SamplingParams) -> Completion:
-        """One turn of the episode ``key`` (its sampling seed is ignored: the batch's is used)."""
+        """One turn of the episode ``key`` (its sampling seed is ignored: the batch's, or with a
+        continuously batching engine the key's own, is used)."""
+        if self.per_request:
+            self.calls += 1
+            results = await self.engine.generate([list(prompt)], attrs.evolve(params, n=1, seed=derive_seed(*key)))
+            if len(results) != 1 or len(results[0]) != 1:
+                raise RuntimeError(f"the engine returned {len(results)} groups for 1 prompt (n = 1)")
+            return results[0][0]
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((key, list(prompt), params, future))
         self._maybe_flush()

@@ -1,5 +1,6 @@
 """The ``chat-template`` renderer: the tokenizer's own chat template, tool calls in the Hermes /
-Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` by default, or another
+format chosen by ``tool_format`` (:mod:`.tool_formats`: Llama 3 JSON, Mistral).
 
 Text inside ``<think>...</think>`` is never read for tool calls (a call the model only thought
 about is not executed).
@@ -14,6 +15,7 @@ import attrs
 
 from grpo_run import ParsedTurn, ToolCall
 from grpo_run.plugins.renderers.common import TemplateRenderer
+from grpo_run.plugins.renderers.tool_formats import formats
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -23,8 +25,12 @@ _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 class ChatTemplateConfig:
     """Options of the ``chat-template`` renderer."""
 
+    tool_format: str = attrs.field(default="hermes", validator=attrs.validators.in_(("hermes", "llama3-json", "mistral")))
+    """How the model writes tool calls: ``hermes`` (Hermes / Qwen ``<tool_call>`` JSON),
+    ``llama3-json`` (Llama 3.1 / 3.2: the turn is ``{"name": ..., "parameters": {...}}``, optionally
+    after ``<|python_tag|>``) or ``mistral`` (``[TOOL_CALLS][{"name": ..., "arguments": {...}}]``)."""
     open_tag: str = "<tool_call>"
-    """The markup that opens a tool call's JSON."""
+    """The markup that opens a tool call's JSON (``hermes`` format)."""
     close_tag: str = "</tool_call>"
     """The markup that closes it."""
 
@@ -59,10 +65,12 @@ def parse_hermes(text: str, open_tag: str = "<tool_call>", close_tag: str = "</t
 
 
 class ChatTemplateRenderer(TemplateRenderer):
-    """The tokenizer's chat template with Hermes/Qwen ``<tool_call>`` JSON tool calls."""
+    """The tokenizer's chat template with tool calls in the configured format."""
 
     name = "chat-template"
     Config = ChatTemplateConfig
 
     def parse_text(self, text: str) -> ParsedTurn:
+        if self.config.tool_format != "hermes":
+            return formats()[self.config.tool_format](text)
         return parse_hermes(text, self.config.open_tag, self.config.close_tag)

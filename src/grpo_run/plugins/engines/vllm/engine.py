@@ -33,6 +33,8 @@ class VLLMEngine:
 
     name = "vllm"
     Config = VLLMEngineConfig
+    continuous_batching = True
+    """Requests sent one by one share vLLM's batches: episode turns go as single requests."""
 
     def __init__(self, config: VLLMEngineConfig, context: EngineContext) -> None:
         import torch
