@@ -4,8 +4,7 @@
 One LoRA run of 2 steps saves after each; a second run resumed from its step 1 trains step 2 again
 and must end with the same adapter bit for bit (one intra-op thread: docs/reliability.md). The
 step-2 adapter is then evaluated by ``grpo-run eval`` with sampled completions for pass@k.
-Full fine-tuning's two steps and its checkpoint are test_smollm2_real.py's; DeepSpeed ZeRO-2 on
-this model is run by hand (docs/real-model.md gives the command and the figures)."""
+Full fine-tuning's two steps and its checkpoint are test_smollm2_real.py's."""
 
 from __future__ import annotations
 
