@@ -3,7 +3,7 @@ GRPOTrainer, same seeds. Prints a table; asserts nothing.
 
     make setup-heavy && make setup-bench
     python bench/bench_time_to_accuracy.py [--target 0.5] [--seeds 1,2,3] [--max-steps 60]
-                                           [--eval-every 10] [--threads 2] [--eval-size 64]
+                                           [--eval-every 10] [--threads 2] [--eval-size 64] [--shape P,G,T]
 
 Both train SmolLM2-135M-Instruct with the example's settings (8 prompts x 8 samples, 48 new tokens,
 temperature 1, DAPO, lr 2e-6, its warm-up, beta 0, fp32, transformers generation) from the same seed,
@@ -14,7 +14,7 @@ at the first eval at or above ``--target``. Training time excludes the evaluatio
 grpo-run runs in its default form (``filter_zero_std_samples`` on, as in the example); TRL has no
 such filter. Runs take turns (grpo-run seed 1, TRL seed 1, grpo-run seed 2, ...). A full table (3
 seeds x 2 frameworks, up to 60 steps each) takes hours on 2 cores; ``--seeds 1 --max-steps 2
---eval-every 1 --eval-size 8`` proves the script in a few minutes.
+--eval-every 1 --eval-size 8 --shape 2,4,24`` proves the script in a few minutes.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_trl import _host_and_model, smollm2_config  # noqa: E402
+from bench_vs_trl import _host_and_model, bench_config  # noqa: E402
 
 
-def _data(seed: int, max_steps: int, eval_every: int, eval_size: int, target: float, threads: int) -> dict:
-    data = smollm2_config(max_steps)
+def _data(seed: int, max_steps: int, eval_every: int, eval_size: int, target: float, threads: int,
+          shape: str = "") -> dict:
+    data = bench_config("smollm2", max_steps, shape=shape)
     data["run"]["seed"] = seed
     data["algorithm"]["filter_zero_std_samples"] = True
     data["task"]["eval_size"] = eval_size
@@ -50,7 +51,7 @@ def run_grpo(args: argparse.Namespace, seed: int) -> list[tuple[int, float, floa
     from grpo_run.core.plugins.host import build_plugin_host
 
     host = build_plugin_host()
-    data = _data(seed, args.max_steps, args.eval_every, args.eval_size, args.target, args.threads)
+    data = _data(seed, args.max_steps, args.eval_every, args.eval_size, args.target, args.threads, args.shape)
     cfg = parse_config(data, host.registry, source="bench_time_to_accuracy")
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
@@ -74,7 +75,7 @@ def run_trl(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float
 
     torch.set_num_threads(args.threads)
     _, path = _host_and_model("smollm2")
-    data = _data(seed, args.max_steps, args.eval_every, args.eval_size, args.target, args.threads)
+    data = _data(seed, args.max_steps, args.eval_every, args.eval_size, args.target, args.threads, args.shape)
     rollout = data["rollout"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -138,6 +139,7 @@ def main() -> int:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--eval-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shape", default="", help="PROMPTS,SAMPLES,NEW_TOKENS instead of the example's 8,8,48")
     parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -150,7 +152,7 @@ def main() -> int:
             load = os.getloadavg()[0]
             cmd = [sys.executable, __file__, "--worker", worker, "--seed", str(seed), "--target", str(args.target),
                    "--max-steps", str(args.max_steps), "--eval-every", str(args.eval_every),
-                   "--eval-size", str(args.eval_size), "--threads", str(args.threads)]
+                   "--eval-size", str(args.eval_size), "--threads", str(args.threads), "--shape", args.shape]
             proc = subprocess.run(cmd, capture_output=True, text=True,
                                   env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
             if proc.returncode != 0:

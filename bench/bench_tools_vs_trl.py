@@ -3,7 +3,7 @@
 Prints figures; asserts nothing.
 
     make setup-heavy && make setup-bench
-    python bench/bench_tools_vs_trl.py [--threads 2] [--pairs 3] [--steps 3] [--warmup 1]
+    python bench/bench_tools_vs_trl.py [--threads 2] [--pairs 3] [--steps 3] [--warmup 1] [--shape P,G,T]
 
 Same model, prompts, batch, sampling and budgets on both sides: SmolLM2-135M-Instruct (the
 ``smollm2-135m-instruct`` model plugin's directory) on examples/smollm2-arithmetic.toml's chain_sum
@@ -63,11 +63,14 @@ def tool_model_dir() -> str:
     return str(target)
 
 
-def _data(steps: int, model_dir: str) -> dict:
+def _data(steps: int, model_dir: str, shape: str = "") -> dict:
+    """``shape``: "PROMPTS,SAMPLES,EPISODE_TOKENS" (empty: 8,8,96)."""
     data = smollm2_config(steps)
     data["model"]["name_or_path"] = model_dir
     data["task"]["system_prompt"] = SYSTEM
-    data["rollout"]["response_length"] = EPISODE_TOKENS
+    prompts, samples, tokens = (int(x) for x in (shape or f"8,8,{EPISODE_TOKENS}").split(","))
+    data["rollout"].update(num_unique_prompts_rollout=prompts, num_samples_per_prompt_rollout=samples,
+                           response_length=tokens)
     data["data"]["max_prompt_token_length"] = 384  # the template's tool preamble
     data["algorithm"]["pack_length"] = 4096
     data["environment"] = {"name": "tools", "max_turns": MAX_TURNS}
@@ -76,13 +79,13 @@ def _data(steps: int, model_dir: str) -> dict:
     return data
 
 
-def run_grpo(threads: int, steps: int, warmup: int) -> dict:
+def run_grpo(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     from grpo_run.core.config import parse_config
     from grpo_run.core.loop.run import train
     from grpo_run.core.plugins.host import build_plugin_host
 
     host = build_plugin_host()
-    data = _data(steps, tool_model_dir())
+    data = _data(steps, tool_model_dir(), shape)
     data["train"]["num_threads"] = threads
     cfg = parse_config(data, host.registry, source="bench_tools_vs_trl")
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,7 +101,7 @@ def run_grpo(threads: int, steps: int, warmup: int) -> dict:
     }
 
 
-def run_trl(threads: int, steps: int, warmup: int) -> dict:
+def run_trl(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -112,7 +115,7 @@ def run_trl(threads: int, steps: int, warmup: int) -> dict:
 
     torch.set_num_threads(threads)
     path = tool_model_dir()
-    data = _data(steps, path)
+    data = _data(steps, path, shape)
     prompts, samples = data["rollout"]["num_unique_prompts_rollout"], data["rollout"]["num_samples_per_prompt_rollout"]
     tokenizer = add_response_schema(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -144,7 +147,7 @@ def run_trl(threads: int, steps: int, warmup: int) -> dict:
         output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, seed=1, report_to=[],
         save_strategy="no", logging_steps=1, disable_tqdm=True, max_steps=steps,
         per_device_train_batch_size=prompts * samples, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=samples, num_iterations=1, max_completion_length=EPISODE_TOKENS,
+        num_generations=samples, num_iterations=1, max_completion_length=data["rollout"]["response_length"],
         max_tool_calling_iterations=MAX_TURNS - 1,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
         learning_rate=data["optim"]["lr"], lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
@@ -181,7 +184,7 @@ def run_trl(threads: int, steps: int, warmup: int) -> dict:
 
 def _one_run(which: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", which, "--threads", str(args.threads),
-           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--shape", args.shape]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TRL_EXPERIMENTAL_SILENCE="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -195,15 +198,16 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--shape", default="", help="PROMPTS,SAMPLES,EPISODE_TOKENS instead of 8,8,96")
     parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run = (run_grpo if args.worker == "grpo" else run_trl)(args.threads, args.steps, args.warmup)
+        run = (run_grpo if args.worker == "grpo" else run_trl)(args.threads, args.steps, args.warmup, args.shape)
         print(json.dumps(run))
         return 0
     tool_model_dir()  # made once, before the timed runs
-    episodes = smollm2_config(1)["rollout"]
-    episodes = episodes["num_unique_prompts_rollout"] * episodes["num_samples_per_prompt_rollout"]
+    rollout = _data(1, "", args.shape)["rollout"]
+    episodes = rollout["num_unique_prompts_rollout"] * rollout["num_samples_per_prompt_rollout"]
     rounds = []
     for i in range(args.pairs):
         load = os.getloadavg()[0]
@@ -214,6 +218,7 @@ def main() -> int:
             f"{r['tool_calls']:.2f}" for k, r in results.items()), flush=True)
     med = statistics.median
     print(f"\n{SMOLLM2} (Qwen2.5 tool template), {episodes} episodes per step, <= {MAX_TURNS} turns, "
+          f"{rollout['response_length']} tokens per episode, "
           f"{args.threads} threads, {args.pairs} interleaved rounds, {args.steps - args.warmup} timed steps per "
           f"run; load (1 min) at round starts {min(r[0] for r in rounds):.1f}-{max(r[0] for r in rounds):.1f}")
     print("| run | s/step | rollout s | episodes/s | tool calls / episode | environment share of rollout |")
