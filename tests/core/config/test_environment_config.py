@@ -42,3 +42,20 @@ def test_an_environment_needs_a_renderer_and_budgets_that_fit(tmp_path, capsys):
     assert main(["check", str(EXAMPLE), "--set", "environment.train_on_env_tokens=true",
                  "--set", "algorithm.use_engine_logprobs_as_old=true"]) == 2
     assert "environment tokens have no engine log-probs" in capsys.readouterr().err
+
+
+def test_an_environment_without_a_per_turn_limit_writes_its_run_config(tmp_path):
+    """`max_tokens_per_turn` left out (None: the episode's budget) used to stop every run at start:
+    the run's config.toml could not be written ("cannot write NoneType None as TOML")."""
+    import tomllib
+
+    from grpo_run.core.config import dump_config_toml, parse_config
+    from grpo_run.core.plugins.host import build_plugin_host
+
+    data = tomllib.loads(EXAMPLE.read_text().replace("max_tokens_per_turn = 18", ""))
+    registry = build_plugin_host().registry
+    cfg = parse_config(data, registry)
+    assert cfg.environment.max_tokens_per_turn is None
+    written = tomllib.loads(dump_config_toml(cfg))
+    assert "max_tokens_per_turn" not in written["environment"]
+    assert parse_config(written, registry) == cfg

@@ -35,7 +35,8 @@ def dump_config_toml(cfg: RunConfig) -> str:
 
 def _to_plain(value: Any) -> Any:
     if isinstance(value, (PluginSlot, KLSlot)):
-        core = {f.name: _to_plain(getattr(value, f.name)) for f in attrs.fields(type(value)) if f.name != "config"}
+        core = {f.name: _to_plain(getattr(value, f.name)) for f in attrs.fields(type(value))
+                if f.name != "config" and getattr(value, f.name) is not None}  # None: the default, not TOML
         config = _to_plain(value.config) if value.config is not None else {}
         return {**core, **config}
     if attrs.has(type(value)):
