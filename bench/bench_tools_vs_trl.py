@@ -91,13 +91,16 @@ def run_grpo(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    timed = [r for r in rows if r["step"] > warmup]
+    # training rows only (eval rows share the step number); env/* is absent from a step whose every
+    # episode failed, so those count as no environment time rather than crashing the bench
+    timed = [r for r in rows if r["step"] > warmup and "perf/step_s" in r]
     return {
         "step_s": [r["perf/step_s"] for r in timed],
         "generation_s": [r["perf/generation_s"] for r in timed],
-        "env_share": [r["env/env_s"] / max(1e-9, r["env/env_s"] + r["env/generation_s"]) for r in timed],
-        "turns": [r["env/turns_mean"] for r in timed],
-        "tool_calls": [r["env/tool_calls_mean"] for r in timed],
+        "env_share": [r.get("env/env_s", 0.0) / max(1e-9, r.get("env/env_s", 0.0) + r.get("env/generation_s", 0.0))
+                      for r in timed],
+        "turns": [r.get("env/turns_mean", 0.0) for r in timed],
+        "tool_calls": [r.get("env/tool_calls_mean", 0.0) for r in timed],
     }
 
 
