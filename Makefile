@@ -34,7 +34,7 @@ $(VENV)/.installed-core: pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-core
-	$(PY) $(PIP_INSTALL) -e '.[dev,agent,games]'  # agent: the `agent` environment's endpoint tests; games: text games
+	$(PY) $(PIP_INSTALL) -e '.[dev,agent,games,verifiers]'  # agent: the `agent` environment's endpoint tests; games: text games; verifiers: the verifiers adapter
 	$(PY) $(PIP_INSTALL) --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
 	touch $@
 
@@ -103,7 +103,7 @@ LATEST_VENV ?= .venv-latest
 test-latest: sandbox-tools browser-tools
 	test -x $(LATEST_VENV)/bin/python || python3 -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade torch==2.13.0 -e '.[dev,agent,games]'
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade torch==2.13.0 -e '.[dev,agent,games,verifiers]'
 	$(LATEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
 	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable > $(LATEST_VENV)/versions.txt
 	$(LATEST_VENV)/bin/python -m pytest -q -ra -m "not heavy"
