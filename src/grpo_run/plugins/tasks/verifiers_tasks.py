@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from grpo_run.plugins.environments.verifiers_env import check_env_args, check_env_id
+
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -28,9 +30,9 @@ def _text(content: Any) -> str:
 class VerifiersTaskConfig:
     """Options of the ``verifiers`` task."""
 
-    env_id: str
+    env_id: str = attrs.field(validator=check_env_id)
     """The taskset id the ``verifiers`` package loads (as the environment's ``env_id``)."""
-    env_args: Mapping[str, Any] = attrs.field(factory=dict)
+    env_args: Mapping[str, Any] = attrs.field(factory=dict, validator=check_env_args)
     """More fields of the package's ``EnvConfig`` (as the environment's ``env_args``)."""
     num_eval: int = attrs.field(default=0, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
     """How many of the taskset's last tasks are held out as eval rows."""
@@ -43,8 +45,9 @@ class VerifiersTask:
     Config = VerifiersTaskConfig
 
     def __init__(self, config: VerifiersTaskConfig) -> None:
-        from grpo_run.plugins.environments.verifiers_env import env_config
         from verifiers.v1.utils.loaders import load_taskset
+
+        from grpo_run.plugins.environments.verifiers_env import env_config
 
         taskset = load_taskset(env_config(config.env_id, config.env_args).taskset)
         if not taskset.bounded:
