@@ -107,6 +107,9 @@ def test_toml_snippets_are_valid_configs(page, line, marker, text, plugin_host, 
     # The vllm engine checks that its interpreter exists; `make test` runs before `make setup-heavy`
     # has built the vLLM venv that the Makefile points GRPO_RUN_VLLM_PYTHON at.
     monkeypatch.setenv("GRPO_RUN_VLLM_PYTHON", sys.executable)
+    # docs/environments.md's verifiers example names the test tree's tiny environment (its page says
+    # to run it with PYTHONPATH=tests/support/vf_envs).
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "support" / "vf_envs"))
     data = tomllib.loads(text)
     if marker == "<!-- pyproject.toml -->":
         assert "grpo_run" in data["project"]["entry-points"]
