@@ -245,3 +245,48 @@ def test_a_verifiers_env_trains_two_steps(tmp_path):
     for line in train:
         assert line["env/episodes"] == 16 and line["env/error_rate"] == 0
         assert "env/verifiers/vf_calculator/tool_calls" in line and line["env/segments_mean"] == 1
+
+
+def test_a_request_translates_to_our_messages_and_our_turn_back_to_the_packages_response():
+    from verifiers.v1.dialects.anthropic import AnthropicDialect
+    from verifiers.v1.dialects.chat import ChatDialect
+
+    from grpo_run import ChatTurn, ParsedTurn, ToolCall
+    from grpo_run.plugins.environments.verifiers_client import ChatClient
+    from support.vf_envs.vf_calculator import CALCULATOR
+
+    seen = []
+
+    class Chat:
+        async def complete(self, messages, tools=(), *, max_tokens=None, stop=None):
+            seen.append((messages, tools, max_tokens, stop))
+            turn = ParsedTurn("calculator(2+2)", (ToolCall("calculator", {"expression": "2+2"}, "call_7"),))
+            return ChatTurn(turn, (30, 31), (-0.5, -0.25), "stop", 9, 2)
+
+    client = ChatClient(Chat())
+    body = {"model": "m", "max_tokens": 5, "stop": "\n", "tools": [CALCULATOR], "messages": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "1+1"}]},
+        {"role": "assistant", "content": None, "tool_calls": [  # a turn grpo-run did not sample
+            {"id": "x1", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"1+1\"}"}}]},
+        {"role": "tool", "tool_call_id": "x1", "content": "2"}]}
+    response = asyncio.run(client.get_response(ChatDialect(), body, None))
+    messages, tools, max_tokens, stop = seen[0]
+    assert messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"},
+                        {"role": "assistant", "content": "", "tool_calls": [
+                            {"id": "x1", "type": "function",
+                             "function": {"name": "calculator", "arguments": "{\"expression\": \"1+1\"}"}}]},
+                        {"role": "tool", "tool_call_id": "x1", "content": "2", "name": "calculator"}]
+    assert tools == [CALCULATOR] and max_tokens == 5 and stop == ["\n"]
+    assert response.finish_reason == "tool_calls" and response.message.content == "calculator(2+2)"
+    (call,) = response.message.tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("call_7", "calculator", {"expression": "2+2"})
+    assert response.tokens.completion_ids == [30, 31] and response.tokens.completion_logprobs == [-0.5, -0.25]
+    assert response.raw["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "calculator"
+    assert ChatDialect().parse_response(ChatDialect().validate_response(response.raw)).message == response.message
+    # our turn sent back: rendered as sampled (its text), not as structured calls
+    body["messages"] += [{"role": "assistant", "content": "calculator(2+2)", "tool_calls": response.raw["choices"][0]
+                          ["message"]["tool_calls"]}, {"role": "tool", "tool_call_id": "call_7", "content": "4"}]
+    asyncio.run(client.get_response(ChatDialect(), body, None))
+    assert seen[1][0][-2] == {"role": "assistant", "content": "calculator(2+2)"}
+    with pytest.raises(ValueError, match="chat-completions dialect only, not AnthropicDialect"):
+        asyncio.run(client.get_response(AnthropicDialect(), {}, None))
