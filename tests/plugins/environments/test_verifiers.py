@@ -144,6 +144,13 @@ def test_a_rollout_past_max_turns_ends_truncated_with_the_packages_reward(tokeni
     assert episode.env_reward == 0.0 and episode.metrics["env/truncated"] == 1.0
 
 
+def test_a_turn_cut_at_its_length_limit_runs_no_tool_and_counts_truncated(tokenizer):
+    episode, engine = run(environment(), tokenizer, ["calculator(24+48)", "72"], rows()[0], max_tokens_per_turn=5)
+    assert len(engine.calls) == 1 and len(episode.segments[0].completion_ids) == 5  # the harness saw "length": no tool ran
+    assert episode.env_reward == 0.0 and episode.metrics["env/truncated"] == 1.0
+    assert episode.metrics["env/verifiers/vf_calculator/tool_calls"] == 0.0
+
+
 def test_a_failing_verifiers_env_fails_its_episode(tokenizer):
     with pytest.raises(EpisodeFailed, match="the verifiers rollout of 'vf_calculator' failed: .*the harness broke"):
         run(environment(broken=True), tokenizer, ["72"], rows(broken=True)[0])
