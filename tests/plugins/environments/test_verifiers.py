@@ -156,6 +156,21 @@ def test_a_failing_verifiers_env_fails_its_episode(tokenizer):
         run(environment(broken=True), tokenizer, ["72"], rows(broken=True)[0])
 
 
+def test_a_rollout_past_the_episode_timeout_fails_its_episode_and_the_env_goes_on(tokenizer):
+    import time
+
+    env = environment(stuck=True)
+    started = time.monotonic()
+    with pytest.raises(EpisodeFailed, match="episode_timeout_s = 1") as info:
+        run(env, tokenizer, ["72"], rows(stuck=True)[0], episode_timeout_s=1.0)
+    assert info.value.timed_out and time.monotonic() - started < 60
+    assert not env._clients  # the abandoned rollout's client is gone
+    env.env.taskset.config.stuck = False  # the same env (its serving loop) plays the next episode
+    env.tasks = list(env.env.taskset)
+    episode, _ = run(env, tokenizer, ["72"], rows()[0])
+    assert episode.env_reward == 1.0
+
+
 def test_a_row_without_a_task_index_fails_its_episode(tokenizer):
     with pytest.raises(EpisodeFailed, match="row 'r' has no verifiers_task index"):
         run(environment(), tokenizer, ["72"], {"id": "r", "messages": [{"role": "user", "content": "1+1"}]})

@@ -5,11 +5,13 @@ the module exports its ``Taskset`` and the ``Harness`` that plays it, so the har
 harness is an in-process chat loop on the ``openai`` client against the rollout's endpoint (the
 package's interception server): it offers ``calculator`` in the OpenAI function form, runs the calls
 the model makes, and stops at the first turn that calls nothing. The task's reward is 1 when the
-last reply is the sum; a metric counts the tool calls. ``broken = true`` makes every rollout fail.
+last reply is the sum; a metric counts the tool calls. ``broken = true`` makes every rollout fail,
+``stuck = true`` hang.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 
@@ -51,6 +53,8 @@ class CalculatorTasksetConfig(vf.TasksetConfig):
     seed: int = 0
     broken: bool = False
     """Every rollout's harness raises (a failing environment)."""
+    stuck: bool = False
+    """Every rollout's harness hangs for ten minutes after its first model call."""
 
 
 class CalculatorTaskset(vf.Taskset[CalculatorTask, CalculatorTasksetConfig]):
@@ -59,7 +63,8 @@ class CalculatorTaskset(vf.Taskset[CalculatorTask, CalculatorTasksetConfig]):
         for i in range(self.config.num_tasks):
             a, b = rng.randint(0, 49), rng.randint(0, 49)
             yield CalculatorTask(CalculatorData(id=f"sum-{i}", prompt=f"{a}+{b}", answer=str(a + b),
-                                                name="broken" if self.config.broken else None),
+                                                name="broken" if self.config.broken else
+                                                "stuck" if self.config.stuck else None),
                                  self.config.task)
 
 
@@ -86,6 +91,8 @@ class CalculatorHarness(vf.Harness[CalculatorHarnessConfig]):
                 reply = await client.chat.completions.create(model=ctx.model, messages=messages, tools=[CALCULATOR])
                 message = reply.choices[0].message
                 messages.append(message.model_dump(exclude_none=True))
+                if data.name == "stuck":
+                    await asyncio.sleep(600)
                 if not message.tool_calls or reply.choices[0].finish_reason == "length":
                     break
                 for call in message.tool_calls:
