@@ -41,8 +41,8 @@ def tokenizer():
 def environment(**taskset):
     from grpo_run.plugins.environments.verifiers_env import VerifiersConfig, VerifiersEnvironment
 
-    return VerifiersEnvironment(VerifiersConfig(env_id="vf_calculator", env_args={"taskset": {"num_tasks": 4, **taskset}}),
-                                {})
+    config = VerifiersConfig(env_id="vf_calculator", env_args={"taskset": {"num_tasks": 4, **taskset}})
+    return VerifiersEnvironment(config, {})
 
 
 def rows(**taskset):
@@ -146,7 +146,8 @@ def test_a_rollout_past_max_turns_ends_truncated_with_the_packages_reward(tokeni
 
 def test_a_turn_cut_at_its_length_limit_runs_no_tool_and_counts_truncated(tokenizer):
     episode, engine = run(environment(), tokenizer, ["calculator(24+48)", "72"], rows()[0], max_tokens_per_turn=5)
-    assert len(engine.calls) == 1 and len(episode.segments[0].completion_ids) == 5  # the harness saw "length": no tool ran
+    # the harness saw finish_reason "length" and ran no tool
+    assert len(engine.calls) == 1 and len(episode.segments[0].completion_ids) == 5
     assert episode.env_reward == 0.0 and episode.metrics["env/truncated"] == 1.0
     assert episode.metrics["env/verifiers/vf_calculator/tool_calls"] == 0.0
 
@@ -289,7 +290,8 @@ def test_a_request_translates_to_our_messages_and_our_turn_back_to_the_packages_
     body = {"model": "m", "max_tokens": 5, "stop": "\n", "tools": [CALCULATOR], "messages": [
         {"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "1+1"}]},
         {"role": "assistant", "content": None, "tool_calls": [  # a turn grpo-run did not sample
-            {"id": "x1", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"1+1\"}"}}]},
+            {"id": "x1", "type": "function",
+             "function": {"name": "calculator", "arguments": "{\"expression\": \"1+1\"}"}}]},
         {"role": "tool", "tool_call_id": "x1", "content": "2"}]}
     response = asyncio.run(client.get_response(ChatDialect(), body, None))
     messages, tools, max_tokens, stop = seen[0]

@@ -46,7 +46,8 @@ def _text(content: Any) -> str:
     for part in content:
         text = getattr(part, "text", None)
         if text is None:
-            raise ValueError(f"only text content is supported, got a {getattr(part, 'type', type(part).__name__)!r} part")
+            kind = getattr(part, "type", type(part).__name__)
+            raise ValueError(f"only text content is supported, got a {kind!r} part")
         parts.append(text)
     return "".join(parts)
 

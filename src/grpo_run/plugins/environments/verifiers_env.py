@@ -42,7 +42,8 @@ interception server (the package's defaults are a Prime sandbox and a tunnelled 
 def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = _merge(out[key], value) if both else value
     return out
 
 
@@ -100,7 +101,8 @@ class ThreadSafeChat:
         self.chat, self.loop = chat, loop
 
     async def complete(self, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.chat.complete(*args, **kwargs), self.loop))
+        call = asyncio.run_coroutine_threadsafe(self.chat.complete(*args, **kwargs), self.loop)
+        return await asyncio.wrap_future(call)
 
 
 class VerifiersEnvironment:
