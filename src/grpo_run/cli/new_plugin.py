@@ -3,7 +3,8 @@
 It writes ``pyproject.toml`` (with the ``grpo_run`` entry point), one working component of the
 family ``KIND`` called ``NAME`` with its attrs ``Config``, the registration hook, tests that call
 ``grpo_run.testing``'s contract check for that family, a README and ``example.toml``, a short run
-of the embedded arithmetic task that uses the component. The templates are in
+of the embedded arithmetic task that uses the component (for environments, renderers and tools:
+episodes of the shipped char model). The templates are in
 ``plugin_templates/`` next to this module (``string.Template``: ``$name``, ``$cls`` ...).
 """
 
@@ -23,7 +24,7 @@ from grpo_run.core.plugins.families import FAMILIES, family
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*([_-][a-z0-9]+)*$")
 KINDS = tuple(f.key for f in FAMILIES if resources.files("grpo_run.cli").joinpath("plugin_templates", f"{f.key}.py.tmpl").is_file())
-"""Families with a package template (environments, renderers and tools have none yet)."""
+"""Families with a package template (every family has one; a new family needs its two templates)."""
 
 EXAMPLE_RUN: dict[str, Any] = {
     "model": {"name_or_path": "tiny-arithmetic"},
@@ -56,6 +57,15 @@ USAGE = {
     "tracker": "Enable it with a table `[trackers.$name]` (options: `filename`, `prefixes`).",
     "transform": "Apply it to a data source: `transform = \"$name\"` in a `[[data.train]]` table "
                  "(option: `on_missing`).",
+    "environment": "Choose it with `[environment] name = \"$name\"` (options: `wrong_answer_cost`, `hints`, "
+                   "`system_prompt`, beside the core keys such as `max_turns` and `max_tokens_per_turn`) and a "
+                   "renderer for the model's chat format: `[renderer] name = \"tiny-chat\"` for grpo-run's "
+                   "shipped char model, `\"chat-template\"` for a Hugging Face chat model.",
+    "renderer": "Choose it with `[renderer] name = \"$name\"` in a run with an `[environment]` (option: "
+                "`separator`); tools are offered by the environment (`[tools.<name>]` tables).",
+    "tool": "Enable it with a table `[tools.$name]` (options: `digits`, `max_value`); an environment that "
+            "offers tools, such as the built-in `tools` environment (`[environment] name = \"tools\"`), "
+            "hands it to the model.",
 }
 
 
@@ -68,7 +78,8 @@ def add_new_plugin_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_new_plugin_command(args: argparse.Namespace) -> int:
     dest = write_plugin(args.kind, args.name, Path(args.dir) if args.dir else None)
-    print(f"wrote {dest}: a {args.kind} plugin '{args.name}'")
+    article = "an" if args.kind[0] in "aeiou" else "a"
+    print(f"wrote {dest}: {article} {args.kind} plugin '{args.name}'")
     print(f"next: pip install -e '{dest}[test]' && pytest {dest} && grpo-run {dest / 'example.toml'}")
     return 0
 
@@ -137,14 +148,34 @@ def example_run(kind: str, name: str) -> dict[str, Any]:
         del run["task"]
         run["data"] = {**run["data"], "train": [{"path": "example.jsonl", "transform": name, "verifier": "math"}]}
         run["train"] = {**run["train"], "local_eval_every": 0}
+    elif kind in ("environment", "renderer", "tool"):  # episodes of the char model ("tiny-chat" is its format)
+        run["rollout"] = {**run["rollout"], "response_length": 24}  # all turns and answers of an episode
+        if kind == "environment":
+            run["environment"] = {"name": name, "max_turns": 3, "max_tokens_per_turn": 6}
+            run["renderer"] = {"name": "tiny-chat"}
+        else:  # the built-in `tools` environment offers the tool(s)
+            run["environment"] = {"name": "tools", "max_turns": 2, "max_tokens_per_turn": 8}
+            run["renderer"] = {"name": name if kind == "renderer" else "tiny-chat"}
+            run["tools"] = {name if kind == "tool" else "calculator": {}}
     return run
 
 
 def _example_header(values: dict[str, str]) -> str:
     note = (f"# Needs {values['env_var']} set to a model directory with grpo-run's character tokenizer\n"
             "# (e.g. grpo-run's shipped tiny-arithmetic checkpoint).\n") if values["kind"] == "model" else ""
+    note += EPISODE_NOTES.get(values["kind"], "")
     return (f"# A short run of grpo-run's embedded arithmetic task with the `{values['name']}` {values['kind']}.\n"
             f"{note}# Run: grpo-run example.toml --output-dir runs/{values['name']}\n\n")
+
+
+EPISODE_NOTES = {
+    "environment": "# Each problem is an episode: a wrong answer is told `higher`/`lower` and tries again\n"
+                   "# (env/turns_mean in metrics.jsonl is above 1 while the model still errs).\n",
+    "renderer": "# Each problem is an episode of the built-in `tools` environment offering the calculator,\n"
+                "# rendered by this renderer (the shipped model answers directly; it was never taught calls).\n",
+    "tool": "# Each problem is an episode of the built-in `tools` environment offering this tool (the\n"
+            "# shipped model answers directly; it was never taught calls: see docs/environments.md).\n",
+}
 
 
 def _render(template: str, values: dict[str, str]) -> str:
