@@ -107,6 +107,31 @@ def test_generated_tests_pass(installed) -> None:
     assert f"{2 * len(KINDS)} passed" in result.stdout, result.stdout[-2000:]
 
 
+@pytest.mark.slow
+def test_generated_episode_plugins_check_and_the_environment_runs_episodes(installed, tmp_path, monkeypatch,
+                                                                           capsys) -> None:
+    """The environment, renderer and tool examples pass `grpo-run check` with the component in its
+    table; two steps of the environment's example play multi-turn episodes of the shipped model."""
+    tables = {"environment": "[environment]\nname = ", "renderer": "[renderer]\nname = ", "tool": "[tools."}
+    for kind, table in tables.items():
+        example = installed[list(NAMES).index(kind)] / "example.toml"
+        assert table + ('"' if kind != "tool" else "") + NAMES[kind] in example.read_text(), kind
+        monkeypatch.chdir(example.parent)
+        assert main(["check", "example.toml"]) == 0, capsys.readouterr().err
+        assert "example.toml: ok" in capsys.readouterr().out
+    example = installed[list(NAMES).index("environment")] / "example.toml"
+    run = tmp_path / "run"
+    overrides = ["rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
+                 "train.total_steps=2", "train.local_eval_every=0", "logging.progress=false"]
+    assert main([str(example), "--output-dir", str(run), *(a for o in overrides for a in ("--set", o))]) == 0
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        assert step["env/episodes"] == 16 and step["env/error_rate"] == 0 and step["env/segments_mean"] == 1
+        # tiny-arithmetic's first answer is usually off by one: the environment answers and it tries again.
+        assert 1 < step["env/turns_mean"] <= 3 and step["env/wrong_answers"] > 0 and 0 <= step["env/solved"] <= 1
+
+
 def test_generated_package_layout(tmp_path) -> None:
     dest = tmp_path / "pkg"
     assert main(["new-plugin", "loss", "my-loss", str(dest)]) == 0
@@ -126,7 +151,8 @@ def test_generated_package_layout(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["new-plugin", "scorer", "x"], "new-plugin: unknown kind 'scorer'; kinds: verifier, loss, kl, sampler, engine, task, model, tracker, transform"),
+        (["new-plugin", "scorer", "x"], "new-plugin: unknown kind 'scorer'; kinds: verifier, loss, kl, sampler, engine, task, model, tracker, "
+                                          "transform, environment, renderer, tool"),
         (["new-plugin", "loss", "My Loss"], "new-plugin: the name 'My Loss' must be lower-case letters"),
     ],
 )
