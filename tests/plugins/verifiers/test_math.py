@@ -244,3 +244,42 @@ def test_r1_answer_block_is_the_answer():
     v = MathVerifier(MathVerifier.Config())
     assert v.score("<think>maybe 3, or 7</think><answer>2</answer>", "2", {}).score == 1.0
     assert v.score("<think>2 is tempting</think><answer>5</answer>", "2", {}).score == 0.0
+
+
+# SmolLM2's eval completions at step 15 of a run scored with math-verify's own verdict: it had
+# learned to restate the sum, which math-verify evaluates (docs/real-model.md).
+RESTATED = [
+    ("8 - 2 =", "6"),
+    ("36 - 38 =", "-2"),
+    ("The final answer is 73 - 37.", "36"),
+    ("The final answer is 73 - 37 = 2.", "36"),  # math-verify's anchor takes "73 - 37", not the 2
+    ("$3 \\times 4$", "12"),
+    ("\\boxed{2^{10}}", "1024"),
+    ("\\boxed{5 - -1}", "6"),
+    ("x = 8 - 2", "6"),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold"), RESTATED)
+def test_arithmetic_left_to_do_is_not_an_answer_to_a_number(verifier: MathVerifier, completion: str, gold: str) -> None:
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=0.0, metrics={"answer_found": 1.0})
+    lenient = MathVerifier(MathVerifierConfig(cache_size=0, allow_expressions=True))
+    assert lenient.score(completion, gold, ROW).score == 1.0  # what math-verify alone says
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("8 - 2 = 6", "6"),  # the working, then the value
+        ("The answer is -6.", "-6"),  # a sign is a value
+        ("1/2", "0.5"),
+        ("$\\frac{3}{4}$", "0.75"),
+        ("50%", "50"),
+        ("1,000", "1000"),
+        ("\\boxed{1+\\sqrt{2}}", "1+\\sqrt{2}"),  # the gold is an expression: so may the answer be
+        ("$2\\pi$", "2\\pi"),
+        ("\\boxed{x^2 + 1}", "x^2+1"),
+    ],
+)
+def test_values_and_expression_golds_still_score(verifier: MathVerifier, completion: str, gold: str) -> None:
+    assert verifier.score(completion, gold, ROW).score == 1.0

@@ -26,6 +26,15 @@ when the union of the boxes is exactly the gold set, so hedging with extra boxes
 non-strict mode a final-answer sentence after the last box (Minerva's ``Final Answer: The final
 answer is $10,455$.``) counts instead of any box. A last box that is cut off (unbalanced braces)
 is no answer.
+
+An answer that still has arithmetic to do is no answer when the gold is a number: math-verify
+evaluates what it extracts, so ``"8 - 2 ="`` (the question restated) or ``"The final answer is
+73 - 37."`` would equal 6 and 36. A policy learns exactly that: SmolLM2-135M, trained on
+``chain_sum`` with such a verifier, went from answering to restating the sum in 15 steps
+(docs/real-model.md). So when the gold parses to a plain number, an extracted answer with a
+binary operator between two numbers (``+ - * ^ \\times \\cdot \\div``) scores 0 (it is still
+"found"); a sign, a fraction (``1/2``, ``\\frac{1}{2}``), a decimal or a percentage is a value.
+``allow_expressions = true`` restores math-verify's own verdict.
 """
 
 from __future__ import annotations
@@ -54,6 +63,10 @@ class MathVerifierConfig(VerifierConfig):
     """Only accept an answer written as ``\\boxed{...}`` (the last run of boxes); otherwise any
     answer that math-verify extracts (a final-answer sentence, boxed, anchored phrases, the last
     number or expression)."""
+    allow_expressions: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """Accept an answer that is still arithmetic on numbers (``8 - 2``, ``3 \\times 4``) when the
+    gold is a number, as math-verify does. Off by default: a policy learns to restate the
+    question instead of answering it."""
     cache_size: int = attrs.field(default=65536, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
     """Entries of the per-process LRU cache (``cachetools.LRUCache``, picklable) of verdicts keyed
     by (completion, ground truth); 0 disables it. RL batches repeat completions a lot (G samples of
@@ -102,6 +115,8 @@ class MathVerifier:
         predicted = parse(answer, parsing_timeout=None) if answer is not None else []
         if not predicted:
             return 0.0, 0.0
+        if not self.config.allow_expressions and _is_plain_number(gold) and _UNEVALUATED.search(str(predicted[-1])):
+            return 0.0, 1.0  # "8 - 2": arithmetic left to do, not a value
         correct = verify(gold_parsed, predicted, timeout_seconds=None)
         if not correct and _has_parts(gold_parsed):
             every = self._every_box(completion)
@@ -138,6 +153,8 @@ class MathVerifier:
 
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_UNEVALUATED = re.compile(r"[\d.)}]\s*(?:[-+*^×·÷]|\\times|\\cdot|\\div)\s*[-+]?\s*[\d.({]")
+"""A binary operator between two numbers in the text math-verify extracted (its last element)."""
 _BOX_OPENER = re.compile(r"\\(?:boxed|fbox)\{")
 _FINAL_ANSWER = re.compile(r"final answer.{0,100}?\s+is", re.IGNORECASE | re.DOTALL)
 """math-verify's own anchor for a final-answer sentence ("The final answer is $x$")."""
@@ -223,6 +240,21 @@ def parse_gold(gold: str) -> list[Any]:
         if parsed:
             return parsed
     raise ValueError(f"math-verify cannot parse the ground truth {gold!r}")
+
+
+@lru_cache(maxsize=8192)
+def _is_plain_number(gold: str) -> bool:
+    """Whether the gold parses to a single number (``19``, ``-6``, ``0.5``, ``1/2``), not an
+    expression such as ``2\\pi``, ``1 + \\sqrt{2}`` or ``x^2`` that an answer may restate."""
+    import sympy
+
+    first = parse_gold(gold)[0]
+    if not isinstance(first, sympy.Basic) or not first.is_number:
+        return False
+    try:
+        return bool(sympy.nsimplify(first).is_Rational)
+    except (TypeError, ValueError, sympy.SympifyError):
+        return False
 
 
 def last_boxed(text: str) -> str | None:
