@@ -58,6 +58,7 @@ from grpo_run.core.plugins.episodes import (
     ToolSchema,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
+from grpo_run.core.plugins.rendering import TemplateRenderer
 from grpo_run.core.plugins.registry import Registrar
 from grpo_run.core.secrets import looks_like_secret, mask_secrets
 from grpo_run.core.plugins.types import (
@@ -97,6 +98,7 @@ __all__ = [
     "Message",
     "ParsedTurn",
     "Renderer",
+    "TemplateRenderer",
     "Tool",
     "ToolCall",
     "ToolError",

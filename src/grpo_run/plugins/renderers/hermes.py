@@ -13,8 +13,7 @@ import re
 
 import attrs
 
-from grpo_run import ParsedTurn, ToolCall
-from grpo_run.plugins.renderers.common import TemplateRenderer
+from grpo_run import ParsedTurn, TemplateRenderer, ToolCall
 from grpo_run.plugins.renderers.tool_formats import formats
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)

@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run import Message, ParsedTurn, ToolCall, ToolSchema
-from grpo_run.plugins.renderers.common import TemplateRenderer
+from grpo_run import Message, ParsedTurn, TemplateRenderer, ToolCall, ToolSchema
 
 _CALL = re.compile(r"^\s*([a-z][a-z0-9]*)\((.*)\)\s*$", re.DOTALL)
 

@@ -1,17 +1,20 @@
-"""What every built-in renderer shares: rendering through the tokenizer's chat template and a
-bridge that is checked against a fresh render of the whole conversation."""
+"""A base for renderers over the tokenizer's chat template: rendering through
+``apply_chat_template`` and a bridge checked against a fresh render of the whole conversation.
+
+Public as ``grpo_run.TemplateRenderer``: the built-in renderers subclass it, and so may a
+plugin's; a subclass only reads tool calls out of a turn's text (:meth:`parse_text`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from grpo_run import Message, ParsedTurn, ToolSchema
+from grpo_run.core.plugins.episodes import Message, ParsedTurn, ToolSchema
 
 
 class TemplateRenderer:
-    """Base of the built-in renderers: ``render`` and ``bridge`` over ``apply_chat_template``;
-    subclasses read tool calls (:meth:`parse_text`)."""
+    """``render`` and ``bridge`` over ``apply_chat_template``, ``parse`` through the text;
+    subclasses read tool calls (:meth:`parse_text`) and may override any part."""
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
         self.config = config
