@@ -109,12 +109,14 @@ class SampledIds:
         monkeypatch.setattr(sequences, "episode_sequences", recording_sequences)
         return self
 
-    def check(self) -> None:
+    def check(self) -> int:
         """Every trained stretch of ids is one vLLM request's sample, asked for after exactly the ids
         before it, with vLLM's log-probs and the policy version the turn records; every other id
-        (environment text, scaffolding) has a NaN log-prob and mask 0. Every request was trained."""
+        (environment text, scaffolding) has a NaN log-prob and mask 0. Every request was trained.
+        Returns how many stretches of environment ids lie between two sampled ones."""
         sampled = {(tuple(prompt), ids): (lps, version) for prompt, ids, lps, version in self.requests}
         assert self.learner_seqs and len(self.requests) == sum(e.turns for e, _ in self.learner_seqs)
+        between = 0
         for episode, seqs in self.learner_seqs:
             turns = 0
             for seq in seqs:
@@ -122,6 +124,7 @@ class SampledIds:
                     lps = seq.engine_logprobs[start:end]
                     if not trained:
                         assert all(math.isnan(x) for x in lps)
+                        between += 0 < start and end < len(seq.token_mask)
                         continue
                     key = (tuple(seq.prompt_ids) + tuple(seq.completion_ids[:start]), tuple(seq.completion_ids[start:end]))
                     assert key in sampled, "the learner got ids that vLLM did not sample after that prefix"
@@ -129,6 +132,7 @@ class SampledIds:
                     assert episode.turn_versions[turns][0] == sampled[key][1]
                     turns += 1
             assert turns == episode.turns == len(episode.turn_versions)
+        return between
 
 
 def mask_runs(mask: tuple[bool, ...]) -> list[tuple[int, int, bool]]:

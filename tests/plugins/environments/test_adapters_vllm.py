@@ -4,7 +4,10 @@ verifiers environment in-process) each train two steps with ``engine.name = "vll
 shipped char model, and the learner trains on exactly the ids vLLM sampled: no adapter
 re-tokenises a conversation (``support.vllm.SampledIds``). Their hf runs are in test_agent.py,
 test_text_game.py and test_verifiers.py. Each run is as small as it can be (one vLLM start is
-most of its time)."""
+most of its time). The shipped model calls no tool, so each adapter's client answers its first
+reply with "again" (``support.agent_envs:nudged``, the verifiers taskset's ``nudged``): every
+episode has a second request carrying the first reply as the client received it, and the check
+covers the ids appended between two sampled turns."""
 
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ name_or_path = "tiny-arithmetic"
 [task]
 name = "verifiers"
 env_id = "vf_calculator"
-env_args = { taskset = { num_tasks = 8 } }
+env_args = { taskset = { num_tasks = 8, nudged = true } }
 num_eval = 2
 [data]
 max_prompt_token_length = 16
@@ -59,7 +62,7 @@ response_length = 32
 [environment]
 name = "verifiers"
 env_id = "vf_calculator"
-env_args = { taskset = { num_tasks = 8 } }
+env_args = { taskset = { num_tasks = 8, nudged = true } }
 max_turns = 3
 max_tokens_per_turn = 18
 [renderer]
@@ -81,8 +84,9 @@ SHORT = ["engine.name=vllm", "rollout.num_unique_prompts_rollout=2", "rollout.nu
 def test_an_adapter_on_vllm_trains_two_steps_on_exactly_the_sampled_ids(tmp_path, monkeypatch, adapter):
     if adapter == "agent":
         pytest.importorskip("openai")
-        monkeypatch.syspath_prepend(str(EXAMPLES))  # agent_calculator:solve, as PYTHONPATH=examples does
-        config = EXAMPLES / "agent-calculator.toml"
+        config = tmp_path / "agent.toml"  # the example, with an agent that asks twice
+        config.write_text((EXAMPLES / "agent-calculator.toml").read_text()
+                          .replace('"agent_calculator:solve"', '"support.agent_envs:nudged"'))
     else:
         if adapter == "verifiers":
             pytest.importorskip("verifiers.v1")
@@ -98,5 +102,5 @@ def test_an_adapter_on_vllm_trains_two_steps_on_exactly_the_sampled_ids(tmp_path
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["env/episodes"] == 4 and r["env/error_rate"] == 0 for r in rows), rows
-    recorded.check()
+    assert all(r["env/episodes"] == 4 and r["env/error_rate"] == 0 and r["env/segments_mean"] == 1 for r in rows), rows
+    assert recorded.check() > 0  # multi-turn: environment ids were appended between sampled turns
