@@ -126,7 +126,8 @@ class SampledIds:
                         assert all(math.isnan(x) for x in lps)
                         between += 0 < start and end < len(seq.token_mask)
                         continue
-                    key = (tuple(seq.prompt_ids) + tuple(seq.completion_ids[:start]), tuple(seq.completion_ids[start:end]))
+                    before = tuple(seq.prompt_ids) + tuple(seq.completion_ids[:start])
+                    key = (before, tuple(seq.completion_ids[start:end]))
                     assert key in sampled, "the learner got ids that vLLM did not sample after that prefix"
                     assert list(lps) == list(sampled[key][0])
                     assert episode.turn_versions[turns][0] == sampled[key][1]

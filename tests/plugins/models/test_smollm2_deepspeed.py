@@ -2,9 +2,9 @@
 deepspeed extra). One training step of the example at the smallest shape (2 prompts x 2 samples,
 8 new tokens), scored by a length target in characters so that the four rewards differ and the
 step has a gradient: the ZeRO-2 step, whose gradients and optimizer state are sharded over the two
-ranks, has the one-process step's loss and gradient norm, and its checkpoint (gathered from the
-shards: every tensor moved by one Adam step) evaluates with ``grpo-run eval``. Each rank holds the fp32 model with Adam state (about
-2.2 GB)."""
+ranks, has the one-process step's loss and gradient norm; its checkpoint, gathered from the shards,
+holds every weight once with every tensor moved by one Adam step, and evaluates with ``grpo-run
+eval``. Each rank holds the fp32 model with its Adam state (about 2.2 GB)."""
 
 from __future__ import annotations
 
