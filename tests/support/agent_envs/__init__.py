@@ -57,6 +57,30 @@ async def solve(row: Mapping[str, Any], base_url: str) -> float:
     return float((message.content or "").strip() == str(row["ground_truth"]))
 
 
+async def nudged(row: Mapping[str, Any], base_url: str) -> float:
+    """:func:`solve`, but the first reply that calls no tool is answered "again" once: every
+    episode has at least two requests, the second carrying the first reply as the client got it."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        messages, nudges = question(row), 1
+        for _ in range(4):
+            response = await client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR])
+            message = response.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if response.choices[0].finish_reason == "length":
+                break
+            if not message.tool_calls:
+                if not nudges:
+                    break
+                nudges -= 1
+                messages.append({"role": "user", "content": "again"})
+            for call in message.tool_calls or ():
+                result = calculate(json.loads(call.function.arguments).get("expression", ""))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    return float((message.content or "").strip() == str(row["ground_truth"]))
+
+
 RESPONSES: list[Any] = []
 """What the recording agents saw (tests read it)."""
 

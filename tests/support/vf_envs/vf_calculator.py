@@ -6,7 +6,8 @@ harness is an in-process chat loop on the ``openai`` client against the rollout'
 package's interception server): it offers ``calculator`` in the OpenAI function form, runs the calls
 the model makes, and stops at the first turn that calls nothing. The task's reward is 1 when the
 last reply is the sum; a metric counts the tool calls. ``broken = true`` makes every rollout fail,
-``stuck = true`` hang.
+``stuck = true`` hang, ``nudged = true`` answer the first turn that calls nothing with "again"
+(multi-turn rollouts from a model that calls no tool).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class CalculatorTasksetConfig(vf.TasksetConfig):
     """Every rollout's harness raises (a failing environment)."""
     stuck: bool = False
     """Every rollout's harness hangs for ten minutes after its first model call."""
+    nudged: bool = False
+    """The first turn that calls no tool is answered "again" instead of ending the rollout."""
 
 
 class CalculatorTaskset(vf.Taskset[CalculatorTask, CalculatorTasksetConfig]):
@@ -64,7 +67,8 @@ class CalculatorTaskset(vf.Taskset[CalculatorTask, CalculatorTasksetConfig]):
             a, b = rng.randint(0, 49), rng.randint(0, 49)
             yield CalculatorTask(CalculatorData(id=f"sum-{i}", prompt=f"{a}+{b}", answer=str(a + b),
                                                 name="broken" if self.config.broken else
-                                                "stuck" if self.config.stuck else None),
+                                                "stuck" if self.config.stuck else
+                                                "nudged" if self.config.nudged else None),
                                  self.config.task)
 
 
@@ -86,6 +90,7 @@ class CalculatorHarness(vf.Harness[CalculatorHarnessConfig]):
             raise RuntimeError("the harness broke")
         _, prompt = self.resolve_prompt(data)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        nudges = 1 if data.name == "nudged" else 0
         async with AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0) as client:
             for _ in range(self.config.max_turns):
                 reply = await client.chat.completions.create(model=ctx.model, messages=messages, tools=[CALCULATOR])
@@ -93,9 +98,14 @@ class CalculatorHarness(vf.Harness[CalculatorHarnessConfig]):
                 messages.append(message.model_dump(exclude_none=True))
                 if data.name == "stuck":
                     await asyncio.sleep(600)
-                if not message.tool_calls or reply.choices[0].finish_reason == "length":
+                if reply.choices[0].finish_reason == "length":
                     break
-                for call in message.tool_calls:
+                if not message.tool_calls:
+                    if nudges == 0:
+                        break
+                    nudges -= 1
+                    messages.append({"role": "user", "content": "again"})
+                for call in message.tool_calls or ():
                     result = calculate(json.loads(call.function.arguments).get("expression", ""))
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return ProgramResult(exit_code=0, stdout="", stderr="")

@@ -122,7 +122,9 @@ class LearnerRank:
         """Rank 0 writes the full policy in Hugging Face format; every rank writes its strategy's files."""
         state = self.learner.strategy.full_state_dict()  # collective for sharded strategies
         if self.setup.rank == 0:
-            self.learner.policy.save_pretrained(directory, state_dict=state, safe_serialization=True)
+            policy = self.learner.policy
+            full = without_tied_copies(policy, state) if state is not None else None
+            policy.save_pretrained(directory, state_dict=full, safe_serialization=True)
         self.learner.strategy.save_files(Path(directory) / LEARNER_STATE_DIR)
 
     def close(self) -> None:
@@ -132,6 +134,17 @@ class LearnerRank:
             self.learner.strategy.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def without_tied_copies(policy: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` without the second names of tied parameters (a tied ``lm_head.weight``).
+
+    ``save_pretrained`` leaves those out by spotting tensors that share storage; a gathered full
+    state dict holds copies that share none, so the checkpoint would carry the embedding twice
+    (113 MB more for SmolLM2-135M) and differ from a one-process run's."""
+    every = {name for name, _ in policy.named_parameters(remove_duplicate=False)}
+    once = {name for name, _ in policy.named_parameters()}
+    return {k: v for k, v in state.items() if k not in every - once}
 
 
 def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> dist.TCPStore:
