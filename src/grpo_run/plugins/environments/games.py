@@ -35,8 +35,9 @@ class GuessConfig:
 class GuessDigit:
     """Guess a secret digit; each wrong guess is answered ``higher`` or ``lower``.
 
-    The secret is ``seed % digits`` (10): the G episodes of a group (same seed) chase the same digit. A turn
-    that is not one digit is answered ``one digit`` and counts as a turn. Metrics: ``found``."""
+    The secret is ``seed % digits`` (10): the G episodes of a group (same seed) chase the same
+    digit. A turn that is not one digit is answered ``one digit`` and counts as a turn. Metrics:
+    ``found``."""
 
     name = "guess-a-digit"
     Config = GuessConfig
