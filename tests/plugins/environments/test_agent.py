@@ -219,7 +219,7 @@ def test_a_run_whose_agent_always_raises_stops_with_the_agents_error(tmp_path, c
     assert "the agent support.agent_envs:broken raised RuntimeError: the agent broke" in err
 
 
-@pytest.mark.slow  # about 40 s on 2 cores: 5 steps of 8 x 8 agent episodes, two greedy evals of 64
+@pytest.mark.slow  # 12-19 s on 2 cores: 5 steps of 8 x 8 agent episodes, two greedy evals of 64
 def test_the_agent_example_learns_on_the_shipped_model(tmp_path, monkeypatch):
     """The agent's own reward (its answer equals the sum) on held-out problems, greedy: about 0.03
     before training (the shipped model's biased sums), about 0.86 after 5 steps here."""

@@ -68,7 +68,7 @@ def test_guess_a_digit_options_fit_the_char_model(tokenizer):
     assert [m["content"] for m in strict.messages] == ["guess", "22"] and strict.metrics["env/found"] == 0.0
 
 
-@pytest.mark.slow  # about 40 s on 2 cores: 40 steps of 16 x 8 games, five greedy evals of 40 games
+@pytest.mark.slow  # 30-48 s on 2 cores: 40 steps of 16 x 8 games, five greedy evals of 40 games
 def test_the_guess_a_digit_example_needs_fewer_turns_after_training(tmp_path):
     """Greedy games on held-out seeds: the shipped model plays 4, 3, 4, ... (about 3.45 turns,
     found 0.28); after 40 steps it opens with 1 and follows the hints (about 2.4 turns, found 1.0)."""
