@@ -11,16 +11,18 @@ from typing import Any
 
 class GuessDigit:
     """Guess a secret digit 0-9 with higher/lower feedback (gymnasium's API). Reward 1 for the
-    right digit; ``max_guesses`` wrong ones end the game (truncated)."""
+    right digit; ``max_guesses`` wrong ones end the game (truncated). The secret is one of
+    ``0`` .. ``digits - 1``."""
 
-    def __init__(self, max_guesses: int = 3) -> None:
+    def __init__(self, max_guesses: int = 3, digits: int = 10) -> None:
         self.max_guesses = max_guesses
+        self.digits = digits
         self.secret = -1
         self.guesses = 0
         self.closed = False
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        self.secret = random.Random(seed).randrange(10)
+        self.secret = random.Random(seed).randrange(self.digits)
         self.guesses = 0
         return "Guess a digit.", {}
 

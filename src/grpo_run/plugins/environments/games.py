@@ -21,16 +21,23 @@ class GuessConfig:
 
     prompt: str = "guess"
     """The opening user message."""
+    digits: int = attrs.field(default=10, validator=[attrs.validators.ge(2), attrs.validators.le(10)])
+    """The secret is ``seed % digits``: one of ``0`` .. ``digits - 1``."""
     turn_penalty: float = attrs.field(default=0.25, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)])
     """Reward lost per extra turn: finding the digit at turn ``t`` (0-based) earns
     ``max(0, 1 - turn_penalty * t)``; never finding it earns 0."""
+    first_digit: bool = False
+    """Read a turn's first character as the guess when it is a digit (the rest of the turn is
+    ignored). The shipped char model answers ``guess`` with two digits (``43``): with this on it
+    can play from its first step; off, a turn must be exactly one digit."""
 
 
 class GuessDigit:
     """Guess a secret digit; each wrong guess is answered ``higher`` or ``lower``.
 
-    The secret is ``seed % 10``: the G episodes of a group (same seed) chase the same digit. A turn
-    that is not one digit is answered ``one digit`` and counts as a turn. Metrics: ``found``."""
+    The secret is ``seed % digits`` (10): the G episodes of a group (same seed) chase the same
+    digit. A turn that is not one digit is answered ``one digit`` and counts as a turn. Metrics:
+    ``found``."""
 
     name = "guess-a-digit"
     Config = GuessConfig
@@ -39,10 +46,12 @@ class GuessDigit:
         self.config = config
 
     def reset(self, row: Mapping[str, Any], seed: int) -> EnvReset:
-        return EnvReset([{"role": "user", "content": self.config.prompt}], [], {"secret": seed % 10})
+        return EnvReset([{"role": "user", "content": self.config.prompt}], [], {"secret": seed % self.config.digits})
 
     def step(self, state: dict[str, int], action: Action) -> EnvStep:
         guess = action.turn.text.strip()
+        if self.config.first_digit:
+            guess = guess[:1]
         if len(guess) != 1 or not guess.isdigit():
             return EnvStep([{"role": "user", "content": "one digit"}], 0.0, False, {"found": 0.0})
         if int(guess) == state["secret"]:
