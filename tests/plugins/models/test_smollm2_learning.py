@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -30,6 +31,16 @@ def test_the_example_doubles_its_greedy_accuracy_to_at_least_one_half(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
     start = evals[0]
-    assert start[0] == 0 and 0.15 <= start[1] <= 0.35, evals  # 17 / 64 here, transformers 5.24, fp32
-    best = max(acc for _, acc in evals[1:])
+    assert start[0] == 0 and 0.15 <= start[1] <= 0.35, evals  # 15 / 64 here, transformers 5.24, fp32
+    best_step, best = max(evals[1:], key=lambda e: e[1])
     assert best >= 2 * start[1] and best >= 0.5, evals
+    # The skill, not a verifier's blind spot: the greedy answers end with the right number (with
+    # math-verify's own verdict the model learned to restate the sum, "8 - 2 =", which it evaluates).
+    rows = [json.loads(line) for line in (run / "rollouts" / f"eval_{best_step}.jsonl").read_text().splitlines()]
+    answered = sum(_last_number(r["completion"]) == str(r["ground_truth"]).strip() for r in rows)
+    assert answered / len(rows) >= 0.5, [r["completion"] for r in rows[:8]]
+
+
+def _last_number(text: str) -> str | None:
+    numbers = re.findall(r"-?\d+", text)
+    return numbers[-1] if numbers else None
