@@ -6,7 +6,7 @@ GRPOTrainer, same seeds. Prints a table; asserts nothing.
                                            [--eval-every 10] [--threads 2] [--eval-size 64] [--shape P,G,T]
 
 Both train SmolLM2-135M-Instruct with the example's settings (8 prompts x 8 samples, 48 new tokens,
-temperature 1, DAPO, lr 2e-6, its warm-up, beta 0, fp32, transformers generation) from the same seed,
+temperature 1, DAPO, its lr and warm-up, beta 0, fp32, transformers generation) from the same seed,
 and every ``--eval-every`` steps score greedy completions of the same held-out prompts (the task's
 eval rows, through the chat template, at most 48 new tokens) with the math verifier; a run stops
 at the first eval at or above ``--target``. Training time excludes the evaluations: grpo-run's

@@ -133,3 +133,24 @@ def test_live_page_in_chromium_follows_a_running_training_job(tmp_path: Path) ->
     assert f"grpo-run: live pipeline page on {url}" in err
     final = json.loads((out / "pipeline.json").read_text())
     assert final["status"] == "interrupted" and final["batches"] == []
+
+
+def test_stopping_waits_for_a_plot_in_flight_but_not_for_a_silent_client(run: Path, monkeypatch) -> None:
+    server = DashboardServer(run, 0).start()
+    drawn = server.plots.png
+    monkeypatch.setattr(server.plots, "png", lambda name: (time.sleep(1.0), drawn(name))[1])
+    monkeypatch.setattr(server.httpd, "close_wait_s", 3.0)
+    answers: list[int] = []
+    import threading
+
+    fetch = threading.Thread(target=lambda: answers.append(_get(server.url + f"plot/{LIVE_PLOTS[0]}.png")[0]))
+    fetch.start()
+    silent = socket.create_connection(("127.0.0.1", server.port))  # connects, never sends a request
+    time.sleep(0.3)
+    start = time.monotonic()
+    server.stop()
+    took = time.monotonic() - start
+    fetch.join(timeout=10)
+    silent.close()
+    assert answers == [200]  # the plot being drawn was finished and sent: no thread left inside matplotlib
+    assert 0.5 < took < 3.0 + 1.0  # waited for it, and no longer than close_wait_s for the silent one

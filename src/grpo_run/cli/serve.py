@@ -63,10 +63,9 @@ class DashboardServer:
         self.plots = _PlotCache(self.run_dir)
         handler = type("Handler", (_Handler,), {"dashboard": self})
         try:
-            self.httpd = ThreadingHTTPServer((HOST, port), handler)
+            self.httpd = _Server((HOST, port), handler)
         except OSError as exc:
             raise UserError(f"{source}={port}: cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
-        self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
@@ -100,6 +99,43 @@ class DashboardServer:
                 "metric_rows": len(load_metrics(self.run_dir, required=False).rows)}
 
 
+class _Server(ThreadingHTTPServer):
+    """Requests on daemon threads; closing waits a bounded time for the ones in flight.
+
+    A request still drawing a plot when the interpreter exits is a daemon thread inside
+    matplotlib's C++ code; Python 3.11 ends such threads with a forced unwind that aborts the
+    process ("terminate called without an active exception", exit -6) instead of the run's own
+    exit code. Waiting without a bound (``socketserver``'s ``block_on_close``) would instead let one
+    client that never finishes its request keep ``grpo-run serve`` alive after Ctrl-C.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+    close_wait_s = 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._requests: set[threading.Thread] = set()  # before binding: a failed bind calls server_close
+        self._requests_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._requests_lock:
+            self._requests.add(threading.current_thread())
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._requests_lock:
+                self._requests.discard(threading.current_thread())
+
+    def server_close(self) -> None:
+        super().server_close()
+        deadline = time.monotonic() + self.close_wait_s
+        with self._requests_lock:
+            running = list(self._requests)
+        for thread in running:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
 class _PlotCache:
     """Each live plot re-drawn only when ``metrics.jsonl`` changed."""
 
@@ -130,6 +166,7 @@ class _PlotCache:
 
 class _Handler(BaseHTTPRequestHandler):
     dashboard: DashboardServer
+    timeout = 30  # seconds a client may take to send its request (socket timeout)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if not self._host_is_local():
