@@ -61,9 +61,13 @@ def test_the_server_answers_page_state_and_plots_on_localhost_only(run: Path) ->
         server.stop()
 
 
-def test_the_serve_command_prints_its_url_and_serves(run: Path) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-shell"])
+def test_the_serve_command_prints_its_url_and_serves(run: Path, sigint_ignored: bool) -> None:
+    # A shell without job control starts background children with SIGINT ignored (`cmd &` in a
+    # script, nohup): Ctrl-C / kill -INT must stop the server there too.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     proc = subprocess.Popen([sys.executable, "-m", "grpo_run.cli.main", "serve", str(run), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, preexec_fn=ignore)
     try:
         line = proc.stdout.readline()
         assert line.startswith(f"serving {run} on http://127.0.0.1:") and line.rstrip().endswith("(Ctrl-C to stop)")

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import html
 import json
+import signal
 import sys
 import threading
 import time
@@ -47,6 +48,9 @@ def run_serve_command(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     server = DashboardServer(run_dir, args.port, source="--port")
+    # Ctrl-C (or kill -INT) stops it even when started in the background by a shell without job
+    # control, which starts its children with SIGINT ignored: Python then installs no handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"serving {run_dir} on {server.url} (Ctrl-C to stop)", flush=True)
     try:
         server.httpd.serve_forever()
