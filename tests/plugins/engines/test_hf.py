@@ -155,3 +155,23 @@ def test_an_engine_beside_the_learner_leaves_it_half_the_threads(plugin_host, mo
     before = torch.get_num_threads()
     assert cls(cls.Config(), ctx).num_threads == max(1, before // 2)
     assert cls(cls.Config(num_threads=3), ctx).num_threads == 3
+
+
+def test_identical_prompts_are_prefilled_once_and_sample_as_copies(engine, monkeypatch):
+    """The G episodes of a group each ask for their opening turn as a prompt of its own (n = 1):
+    the engine prefills that prompt once, and draws exactly what ``n = G`` of it would draw."""
+    a, b = _prompts(engine)[:2]
+    rows: list[int] = []
+    prefill = engine._prefill
+
+    def counting(input_ids, attention, expand):
+        rows.append(input_ids.shape[0])
+        return prefill(input_ids, attention, expand)
+
+    monkeypatch.setattr(engine, "_prefill", counting)
+    params = SamplingParams(n=1, max_new_tokens=8, temperature=1.0, seed=11)
+    repeated = engine.generate_sync([a, a, a, b, b, b], params)
+    assert rows == [2]
+    copies = engine.generate_sync([a, b], SamplingParams(n=3, max_new_tokens=8, temperature=1.0, seed=11))
+    assert [c[0].token_ids for c in repeated] == [c.token_ids for group in copies for c in group]
+    assert [c[0].logprobs for c in repeated] == [c.logprobs for group in copies for c in group]

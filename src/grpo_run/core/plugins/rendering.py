@@ -16,6 +16,9 @@ class TemplateRenderer:
     """``render`` and ``bridge`` over ``apply_chat_template``, ``parse`` through the text;
     subclasses read tool calls (:meth:`parse_text`) and may override any part."""
 
+    chat_template: str | None = None
+    """Jinja source used instead of the tokenizer's own chat template (``None``: the tokenizer's)."""
+
     def __init__(self, config: Any, tokenizer: Any) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -29,6 +32,7 @@ class TemplateRenderer:
         return self.tokenizer.apply_chat_template(
             [dict(m) for m in messages], tools=[dict(t) for t in tools] or None,
             add_generation_prompt=generation_prompt, tokenize=False,
+            **({"chat_template": self.chat_template} if self.chat_template is not None else {}),
         )
 
     def _encode(self, text: str) -> list[int]:

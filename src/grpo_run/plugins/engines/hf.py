@@ -136,8 +136,16 @@ class HFEngine:
         return out
 
     def _generate_chunk(self, prompts: list[list[int]], copies: list[int], params: SamplingParams) -> list[Completion]:
-        """``copies[i]`` samples of ``prompts[i]``, in order, from one ``generate`` call."""
+        """``copies[i]`` samples of ``prompts[i]``, in order, from one ``generate`` call.
+
+        Identical prompts are prefilled once (the G episodes of a group open with the same prompt,
+        each asked for as its own prompt with one sample)."""
         import torch
+        rows: dict[tuple[int, ...], int] = {}
+        owners: list[int] = []
+        for p, k in zip(prompts, copies):
+            owners.extend([rows.setdefault(tuple(p), len(rows))] * k)
+        prompts = [list(p) for p in rows]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -145,8 +153,7 @@ class HFEngine:
             input_ids[i, width - len(p) :] = torch.tensor(p)
             attention[i, width - len(p) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        expand = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),
-                                         torch.tensor(copies, device=self.device))
+        expand = torch.tensor(owners, dtype=torch.long, device=self.device)
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_token_id,

@@ -7,12 +7,32 @@ The final answer is scored by the row's verifiers (the runner hands them the las
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
 from grpo_run import Action, EnvReset, EnvStep, Tool, ToolError
+
+
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_messages(_: Any, __: Any, messages: tuple[Any, ...]) -> None:
+    """Each demonstration is a chat message the renderer can render."""
+    for i, m in enumerate(messages):
+        where = f"entry {i}"
+        if not isinstance(m, Mapping):
+            raise ValueError(f"{where} is {m!r:.80}, not a message table {{role = ..., content = ...}}")
+        if m.get("role") not in _ROLES:
+            raise ValueError(f"{where}: role {m.get('role')!r} is not one of {', '.join(_ROLES)}")
+        if not isinstance(m.get("content", ""), str):
+            raise ValueError(f"{where}: content must be a string, got {m['content']!r:.40}")
+        if "tool_calls" in m and (m["role"] != "assistant" or not isinstance(m["tool_calls"], (list, tuple))):
+            raise ValueError(f"{where}: tool_calls must be a list, on an assistant message")
+        if "content" not in m and "tool_calls" not in m:
+            raise ValueError(f"{where} has neither content nor tool_calls")
 
 
 @attrs.frozen
@@ -23,6 +43,12 @@ class ToolsEnvConfig:
     """Tools offered (names of enabled ``[tools.<name>]``); empty: every enabled tool."""
     system_prompt: str = ""
     """A system message put before the row's messages (empty: none)."""
+    demonstrations: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple,
+                                                              validator=_check_messages)
+    """Worked examples put after the system messages, before the row's question: a few-shot
+    conversation in OpenAI form (``user`` / ``assistant`` with ``content`` or ``tool_calls`` /
+    ``tool``), rendered by the run's renderer. A small model that never calls a tool on its own
+    often does after two of them."""
     on_error: Literal["message", "end"] = "message"
     """A tool error, an unknown tool or a parse error: ``"message"`` tells the model (a ``tool``
     message starting ``error:``); ``"end"`` ends the episode."""
@@ -57,6 +83,9 @@ class ToolsEnvironment:
         messages = [dict(m) for m in row["messages"]] if "messages" in row else [{"role": "user", "content": row["prompt"]}]
         if self.config.system_prompt:
             messages.insert(0, {"role": "system", "content": self.config.system_prompt})
+        if self.config.demonstrations:  # after the system messages, before the row's question
+            first = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+            messages[first:first] = [{"content": "", **copy.deepcopy(m)} for m in self.config.demonstrations]
         return EnvReset(messages, [tool.schema() for tool in self.tools.values()], ToolsState())
 
     def step(self, state: ToolsState, action: Action) -> EnvStep:

@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import attrs
+import structlog
 
-from grpo_run import ParsedTurn, TemplateRenderer, ToolCall
+from grpo_run import Message, ParsedTurn, TemplateRenderer, ToolCall, ToolSchema
+from grpo_run.plugins.renderers.chatml_tools import BUILT_IN
 from grpo_run.plugins.renderers.tool_formats import formats
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def _check_template(_: Any, __: Any, value: str) -> None:
+    if value and value not in BUILT_IN and not Path(value).is_file():
+        raise ValueError(f"{value!r} is neither a built-in template ({', '.join(BUILT_IN)}) nor a file")
+
+
+def template_source(value: str) -> str | None:
+    """The Jinja source ``chat_template`` names (``None``: the tokenizer's own)."""
+    if not value:
+        return None
+    return BUILT_IN[value] if value in BUILT_IN else Path(value).read_text()
 
 
 @attrs.frozen
@@ -32,6 +49,10 @@ class ChatTemplateConfig:
     """The markup that opens a tool call's JSON (``hermes`` format)."""
     close_tag: str = "</tool_call>"
     """The markup that closes it."""
+    chat_template: str = attrs.field(default="", validator=_check_template)
+    """The chat template: empty for the tokenizer's own; ``"chatml-tools"``, a built-in ChatML
+    template that shows tools and Hermes calls (for models whose own template drops tools, such
+    as SmolLM2); or the path of a Jinja file."""
 
 
 def parse_hermes(text: str, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> ParsedTurn:
@@ -68,6 +89,23 @@ class ChatTemplateRenderer(TemplateRenderer):
 
     name = "chat-template"
     Config = ChatTemplateConfig
+
+    def __init__(self, config: ChatTemplateConfig, tokenizer: Any) -> None:
+        super().__init__(config, tokenizer)
+        self.chat_template = template_source(config.chat_template)
+        self._tools_checked = False
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> list[int]:
+        if tools and not self._tools_checked:  # once: a template that drops tools hides them silently
+            self._tools_checked = True
+            text = self._template(messages, tools, generation_prompt=True)
+            names = [str(t.get("function", t).get("name", "")) for t in tools]
+            if not any(name and name in text for name in names):
+                structlog.get_logger().warning(
+                    "chat_template_drops_tools", tools=names,
+                    hint="the chat template shows the model none of the tools offered; use one that does "
+                         "([renderer] chat_template = \"chatml-tools\", or a file)")
+        return super().render(messages, tools)
 
     def parse_text(self, text: str) -> ParsedTurn:
         if self.config.tool_format != "hermes":
