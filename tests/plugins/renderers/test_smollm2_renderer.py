@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from grpo_run import ToolCall
+from grpo_run import Action, ToolCall
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.episode_runner import EpisodeRunner
@@ -99,3 +99,32 @@ def test_a_three_turn_episode_has_golden_ids_and_masks(tokenizer, renderer):
     assert [p for p, _ in engine.calls] == [list(seg.prompt_ids), list(seg.prompt_ids) + turn1 + bridge1,
                                             list(seg.prompt_ids) + turn1 + bridge1 + turn2 + bridge2]
     assert episode.text == "The answer is 38." and episode.metrics["bridge_fallbacks"] == 0
+
+
+def test_chatml_tools_shows_smollm2_the_tool_and_the_worked_examples_and_bridges(tokenizer):
+    """The example examples/smollm2-calculator-tool.toml runs on this: SmolLM2's own template
+    drops the tool (above: no schema in the prompt); ``chatml-tools`` lists it, renders the
+    worked examples' calls as the Hermes markup the renderer reads back from BPE ids, and the tool
+    answer after a sampled call bridges (prefix-preserving) on the real tokenizer."""
+    import tomllib
+
+    from grpo_run.plugins.environments.tools import ToolsEnvConfig, ToolsEnvironment
+    from support.paths import EXAMPLES
+
+    example = tomllib.loads((EXAMPLES / "smollm2-calculator-tool.toml").read_text())
+    renderer = ChatTemplateRenderer(ChatTemplateConfig(chat_template="chatml-tools"), tokenizer)
+    env = ToolsEnvironment(ToolsEnvConfig(demonstrations=example["environment"]["demonstrations"]),
+                           {"calculator": CalculatorTool(CalculatorConfig())})
+    reset = env.reset({"messages": [{"role": "system", "content": example["task"]["system_prompt"]},
+                                    {"role": "user", "content": "Solve the following multiplication: 75 * 32."}]}, 0)
+    prompt = renderer.render(reset.messages, reset.tools)
+    text = tokenizer.decode(prompt, skip_special_tokens=False)
+    assert '"name": "calculator"' in text.split("</tools>")[0] and SYSTEM not in text
+    assert text.count(call("12 * 34")) == 1 and text.count(call("215 * 67")) == 1
+    assert text.endswith("75 * 32.<|im_end|>\n<|im_start|>assistant\n") and len(prompt) < 400
+    turn = renderer.parse(ids(tokenizer, call("75 * 32")) + [IM_END])
+    assert turn.tool_calls == (ToolCall("calculator", {"expression": "75 * 32"}, "call_0"),)
+    step = env.step(reset.state, Action(turn, "stop", 0))
+    bridge = renderer.bridge([*reset.messages, turn.message()], step.messages, reset.tools)
+    assert tokenizer.decode(bridge, skip_special_tokens=False) == (
+        "\n<|im_start|>user\n<tool_response>\n2400\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
