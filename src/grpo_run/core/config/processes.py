@@ -37,6 +37,15 @@ class LearnerSection:
     offload_params: bool = attrs.field(default=False)
     """DeepSpeed ZeRO-3 or fsdp2: keep parameters on the CPU between uses (fsdp2 moves gradients and
     optimizer state with them); needs a GPU model."""
+    max_tokens_per_forward: int = attrs.field(default=16384, validator=non_negative)
+    """The learner's memory bound: tokens per forward and backward of the training pass (per rank).
+    A mini-batch with more is split into micro-batches of whole packed rows, whose gradients add
+    up to one optimizer step with exactly the loss of one forward over the mini-batch. A row longer
+    than this is a micro-batch of its own; 0 = no bound (one forward per mini-batch). Peers:
+    verl's ``ppo_max_token_len_per_gpu``, NeMo-RL's ``train_mb_tokens``. docs/memory.md."""
+    max_tokens_per_logprob_forward: int | None = attrs.field(default=None, validator=v.optional(non_negative))
+    """The same bound for the no-grad passes (the old and the reference policy's log-probs), which
+    keep no activations; unset: twice ``max_tokens_per_forward``."""
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend: ``"auto"`` is NCCL for a CUDA model, gloo otherwise."""
     threads_per_learner: int = attrs.field(default=0, validator=non_negative)
@@ -76,6 +85,13 @@ class LearnerSection:
             f'needs strategy = "fsdp2", or "deepspeed" with zero_stage = 3 (got "{self.strategy}"'
             + (f", zero_stage = {self.stage})" if self.strategy == "deepspeed" else ")")
         )
+
+    @property
+    def logprob_forward_tokens(self) -> int:
+        """The no-grad passes' bound in effect (0: none)."""
+        if self.max_tokens_per_logprob_forward is not None:
+            return self.max_tokens_per_logprob_forward
+        return 2 * self.max_tokens_per_forward
 
     @property
     def stage(self) -> int:

@@ -13,7 +13,9 @@ One learner step on a rollout batch:
    training forward serve (the ratio is exactly 1); with several updates it is computed once, by
    the policy before any update; with ``use_engine_logprobs_as_old`` the engine's log-probs;
 3. reference log-probs (when ``kl.beta > 0``), also before any update;
-4. ``num_epochs`` x mini-batches optimizer steps, each with gradient clipping;
+4. ``num_epochs`` x mini-batches optimizer steps, each with gradient clipping; a mini-batch's
+   forward and backward run in micro-batches of whole rows under ``learner.max_tokens_per_forward``
+   (:mod:`grpo_run.core.learner.micro`), the no-grad passes of 2. and 3. under their own budget;
 5. a Polyak reference is moved towards the policy every ``kl.ref_policy_update_freq`` steps.
 """
 
@@ -33,6 +35,7 @@ from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpoint
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
+from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
 from grpo_run.core.learner.schedule import lr_lambda
@@ -113,18 +116,20 @@ class Learner:
             world_size=self.strategy.world_size,
             reduce_sum=self.strategy.reduce_sum,
         )
-        # One sequence layout per mini-batch, shared by the policy, old and reference forwards.
-        layouts = [batch_layout(b, share_prompts=alg.share_prompts) for b in mini_batches]
+        # Each mini-batch's micro-batches under the token budgets; a piece's sequence layout is
+        # built once and shared by every forward over the same rows.
+        pieces = MicroBatches(self.strategy, self.pad_token_id, alg.share_prompts)
+        micro = [pieces.split(i, b, self.spec.forward_tokens) for i, b in enumerate(mini_batches)]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
-        old = [self._logprobs(self.policy, b, lay) if recompute_old else None for b, lay in zip(mini_batches, layouts)]
-        refs = [self._logprobs(self.reference, b, lay) if self._use_kl else None for b, lay in zip(mini_batches, layouts)]
+        old = [self._logprobs(self.policy, i, b, pieces) if recompute_old else None for i, b in enumerate(mini_batches)]
+        refs = [self._logprobs(self.reference, i, b, pieces) if self._use_kl else None for i, b in enumerate(mini_batches)]
         totals: dict[str, float] = {}
         counts: dict[str, int] = {}
         for _ in range(alg.num_epochs):
             for i, batch in enumerate(mini_batches):
-                for k, v in self._update(batch, layouts[i], old[i], refs[i], normaliser).items():
+                for k, v in self._update(micro[i], old[i], refs[i], normaliser).items():
                     if is_idle(batch) and k not in _IDLE_METRICS:
                         continue  # a rank's idle batch has no loss tokens to measure
                     totals[k] = totals.get(k, 0.0) + v
@@ -139,8 +144,10 @@ class Learner:
         out["packing/rows"] = float(sum(b.input_ids.shape[0] for b in trained))
         # Prompt tokens computed once for several sequences (algorithm.share_prompts): not run again.
         out["packing/shared_prompt_tokens"] = float(sum(
-            lay.num_virtual_tokens - lay.num_tokens for b, lay in zip(mini_batches, layouts) if not is_idle(b)
+            p.layout.num_virtual_tokens - p.layout.num_tokens
+            for b, parts in zip(mini_batches, micro) if not is_idle(b) for p in parts if p.rows
         ))
+        out["perf/micro_batches"] = float(sum(len(parts) for parts in micro)) / max(1, len(micro))
         out["perf/learner_tokens_per_s"] = real * alg.num_epochs / max(elapsed, 1e-9)
         out["perf/learner_s"] = elapsed
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
@@ -166,9 +173,19 @@ class Learner:
     def _use_kl(self) -> bool:
         return self.beta > 0 and self.reference is not None and self.kl is not None
 
-    def _logprobs(self, model: torch.nn.Module, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, index: int, batch: PackedBatch, pieces: MicroBatches) -> torch.Tensor:
+        """No-grad log-probs ``[R, L]`` of mini-batch ``index`` under ``model``, in micro-batches
+        under ``learner.max_tokens_per_logprob_forward``."""
+        parts = pieces.split(index, batch, self.spec.logprob_forward_tokens)
+        real = [p for p in parts if p.rows]
         with torch.no_grad():
-            return self._policy_logprobs(model, batch, layout)
+            out = assemble_rows(
+                batch, [p.rows for p in real], [p.batch for p in real],
+                lambda part: self._policy_logprobs(model, part, pieces.layout_of(part)),
+            )
+            for pad in parts[len(real):]:  # keeps this rank's forwards in step with the others'
+                self._policy_logprobs(model, pad.batch, pad.layout)
+        return out
 
     def _policy_logprobs(self, model: Any, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
         return self._scored(model, batch, layout, entropy=False)[0]
@@ -187,6 +204,28 @@ class Learner:
             return completion_logprobs(model, batch, temperature=self.temperature, layout=layout, entropy=entropy)
 
     def _update(
+        self, parts: Sequence[MicroBatch], old: torch.Tensor | None, ref: torch.Tensor | None, normaliser: LossNormaliser
+    ) -> dict[str, float]:
+        """One optimizer step on a mini-batch: each micro-batch's forward and backward add to the
+        gradient (synchronised over ranks in the last one), then clipping and the step."""
+        self.strategy.zero_grad()
+        metrics = MicroMetrics()
+        for j, part in enumerate(parts):
+            with self.strategy.accumulate(last=j == len(parts) - 1):
+                values = self._micro_update(
+                    part.batch, part.layout, take_rows(old, part.rows, part.batch), take_rows(ref, part.rows, part.batch),
+                    normaliser,
+                )
+            if part.rows:  # padding micro-batches (to match other ranks) carry nothing to measure
+                metrics.add(values, int(part.batch.completion_mask.sum()))
+        grad_norm = self.strategy.step()
+        self.scheduler.step()
+        out = metrics.result()
+        out["optim/grad_norm"] = float(grad_norm)
+        out["optim/lr"] = self.scheduler.get_last_lr()[0]
+        return out
+
+    def _micro_update(
         self,
         batch: PackedBatch,
         layout: SequenceLayout,
@@ -194,6 +233,7 @@ class Learner:
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
+        """Forward, loss and backward of one micro-batch; its share of the mini-batch's losses."""
         alg, kl_cfg = self.spec.algorithm, self.spec.kl
         logprobs, entropy = self._forward(batch, layout)
         mask, seq_ids, num_seqs = batch.completion_mask, batch.seq_ids, batch.num_seqs
@@ -226,12 +266,9 @@ class Learner:
             kl_loss = normaliser.reduce(self.kl(logprobs, ref), mask, seq_ids, num_seqs)
             total = total + self.beta * kl_loss
             metrics["loss/kl"] = float(kl_loss.detach())
-        grad_norm = self.strategy.backward_step(total)
-        self.scheduler.step()
+        self.strategy.backward(total)
         metrics["loss/policy"] = float(policy_loss.detach())
         metrics["loss/total"] = float(total.detach())
-        metrics["optim/grad_norm"] = float(grad_norm)
-        metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         if entropy is not None:
             metrics["policy/entropy"] = float(entropy[mask].mean()) if bool(mask.any()) else 0.0
         return metrics
@@ -295,3 +332,4 @@ def _lora_policy(spec: LearnerSpec) -> tuple[Any, Any]:
     policy = wrap_policy(base, model.lora, adapter_from=model.policy_from)
     reference = AdapterDisabledView(policy) if spec.uses_reference else None
     return policy, reference
+

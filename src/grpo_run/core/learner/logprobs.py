@@ -13,19 +13,23 @@ Two ways to keep sequences apart, chosen per model:
   ``config.use_cache`` defaults to True even in ``train()``; then sequences silently attend to
   each other. ``position_ids`` are still passed (RoPE needs the restarts), ``use_cache=False`` too.
 
-Logits are computed only where a log-prob is asked for (``logits_to_keep``), and the log-softmax
-is taken as gathered logit minus logsumexp over chunks of positions, so no full ``[tokens, V]``
-log-softmax copy (or fp32 upcast of bf16 logits) exists at once.
+Only the tokens whose log-prob is asked for reach the output layer (``logits_to_keep``), and
+there the output projection, log-softmax and gather run in chunks of tokens
+(:mod:`.output_layer`): no ``[tokens, V]`` logits tensor exists, in the forward or the backward.
+Models that post-process their logits get real logits, with the log-softmax taken over chunks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
-from grpo_run.core.learner.attention import LAYOUT_KWARG, enable_varlen_attention, varlen_forward
+from grpo_run.core.learner.attention import LAYOUT_KWARG, enable_varlen_attention, hf_model, varlen_forward
 from grpo_run.core.learner.layout import SequenceLayout, sequence_layout
+from grpo_run.core.learner.output_layer import output_layer, passed_through, token_logprobs_head
 from grpo_run.core.rollout.packing import PackedBatch
 
 LOGSUMEXP_CHUNK = 2048
@@ -156,24 +160,61 @@ def _scored(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
     if attention_mask is None and enable_varlen_attention(model):
-        logits, targets, where = _varlen_logits(model, batch, wanted, layout, device)
+        call = _varlen_call(batch, wanted, layout, device)
     else:
-        logits, targets, where = _dense_logits(model, batch, wanted, attention_mask, device)
+        call = _dense_call(model, batch, wanted, attention_mask, device)
+    picked, ent_values = _predict(model, call, temperature, entropy)
     flat = batch.input_ids.numel()
     logprobs = torch.zeros(flat, dtype=torch.float32, device=device)
-    logprobs = logprobs.index_put((where,), _picked_logprobs(logits, targets, temperature))
+    logprobs = logprobs.index_put((call.where,), picked)
     ent = None
-    if entropy:
+    if ent_values is not None:
         ent = torch.zeros(flat, dtype=torch.float32, device=device)
-        ent[where] = _entropy(logits, temperature)
+        ent[call.where] = ent_values
         ent = ent.view(batch.input_ids.shape)
     return logprobs.view(batch.input_ids.shape), ent
 
 
-def _varlen_logits(
-    model: Any, batch: PackedBatch, wanted: torch.Tensor, layout: SequenceLayout | None, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Logits ``[K, V]`` predicting the wanted tokens, their ids ``[K]`` and flat positions ``[K]``."""
+@attrs.frozen
+class _Call:
+    """One model forward for the wanted tokens: its keyword arguments, how to pick the ``[K, .]``
+    rows that predict them from what the output layer sees (hidden states or logits), their ids
+    ``[K]`` and their flat positions ``[K]`` in the batch."""
+
+    kwargs: dict[str, Any]
+    select: Callable[[torch.Tensor], torch.Tensor]
+    targets: torch.Tensor
+    where: torch.Tensor
+    varlen: bool
+
+
+_LOGITS_CHANGED: set[type] = set()
+"""Model classes that post-process the output layer's result: they get real logits."""
+
+
+def _predict(model: Any, call: _Call, temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[K]`` (and entropy) of the call's targets: through the chunked output layer
+    where the model allows it (:mod:`.output_layer`), else from its logits."""
+    inner = hf_model(model)
+    layer = output_layer(inner) if type(inner) not in _LOGITS_CHANGED else None
+    if layer is not None:
+        with token_logprobs_head(layer, call.select, call.targets, temperature, entropy) as produced:
+            out = _run(model, call)
+        if passed_through(out, produced):
+            return out[0, :, 0], (out[0, :, 1].detach() if entropy else None)
+        _LOGITS_CHANGED.add(type(inner))  # e.g. soft-capped logits: compute them for real from now on
+    logits = call.select(_run(model, call))
+    return _picked_logprobs(logits, call.targets, temperature), (_entropy(logits, temperature) if entropy else None)
+
+
+def _run(model: Any, call: _Call) -> torch.Tensor:
+    if call.varlen:
+        with varlen_forward():
+            return model(**call.kwargs).logits
+    return model(**call.kwargs).logits
+
+
+def _varlen_call(batch: PackedBatch, wanted: torch.Tensor, layout: SequenceLayout | None, device: torch.device) -> _Call:
     layout = (layout if layout is not None else batch_layout(batch)).to(device)
     flat_ids = batch.input_ids.to(device).flatten()
     stream = flat_ids[layout.token_index]  # [T]
@@ -181,33 +222,39 @@ def _varlen_logits(
     # A wanted token with a predecessor in its sequence is predicted by the token before it there
     # (in the virtual stream; for the first token after a shared prompt, the prompt's last token).
     targets = torch.nonzero(wanted.to(device).flatten()[flat] & (layout.sequence_positions() > 0))[:, 0]
-    with varlen_forward():
-        logits = model(
-            input_ids=stream[None],
-            position_ids=layout.position_ids,
-            use_cache=False,
-            logits_to_keep=layout.stream_of_virtual()[targets - 1],
-            **{LAYOUT_KWARG: layout},
-        ).logits[0]
-    return logits, flat_ids[flat[targets]], flat[targets]
+    kwargs = {
+        "input_ids": stream[None],
+        "position_ids": layout.position_ids,
+        "use_cache": False,
+        "logits_to_keep": layout.stream_of_virtual()[targets - 1],
+        LAYOUT_KWARG: layout,
+    }
+    return _Call(kwargs, _first_row, flat_ids[flat[targets]], flat[targets], varlen=True)
 
 
-def _dense_logits(
+def _first_row(x: torch.Tensor) -> torch.Tensor:
+    return x[0]
+
+
+def _dense_call(
     model: Any, batch: PackedBatch, wanted: torch.Tensor, attention_mask: torch.Tensor | None, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> _Call:
     input_ids = batch.input_ids.to(device)
     seq_ids = batch.seq_ids.to(device)
     if attention_mask is None:
         attention_mask = block_causal_mask(seq_ids, getattr(model, "dtype", torch.float32))
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask.to(device),
-        position_ids=batch.position_ids.to(device),
-        use_cache=False,
-    ).logits
+    kwargs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask.to(device),
+        "position_ids": batch.position_ids.to(device),
+        "use_cache": False,
+    }
     # A prediction exists where the previous token belongs to the same (real) sequence.
     has_prev = torch.zeros_like(seq_ids, dtype=torch.bool)
     has_prev[:, 1:] = (seq_ids[:, 1:] == seq_ids[:, :-1]) & (seq_ids[:, 1:] >= 0)
     where = torch.nonzero((wanted.to(device) & has_prev).flatten())[:, 0]
-    predicting = logits.flatten(0, 1)[where - 1]  # the previous position of the same row
-    return predicting, input_ids.flatten()[where], where
+
+    def select(x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(0, 1)[where - 1]  # the previous position of the same row
+
+    return _Call(kwargs, select, input_ids.flatten()[where], where, varlen=False)

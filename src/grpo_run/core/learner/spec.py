@@ -95,6 +95,10 @@ class LearnerSpec:
     total_steps: int
     """For the LR schedule."""
     pad_token_id: int
+    forward_tokens: int = 0
+    """Tokens per training forward (``learner.max_tokens_per_forward``; 0: the whole mini-batch)."""
+    logprob_forward_tokens: int = 0
+    """Tokens per no-grad forward (old and reference log-probs; 0: the whole mini-batch)."""
 
     @property
     def uses_reference(self) -> bool:

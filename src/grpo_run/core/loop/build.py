@@ -109,6 +109,8 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
         temperature=cfg.rollout.temperature,
         total_steps=cfg.train.total_steps,
         pad_token_id=pad_token_id,
+        forward_tokens=cfg.learner.max_tokens_per_forward,
+        logprob_forward_tokens=cfg.learner.logprob_forward_tokens,
     )
 
 

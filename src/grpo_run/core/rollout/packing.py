@@ -102,6 +102,41 @@ class PackedBatch:
         capacity = self.num_rows * self.row_length
         return self.num_real_tokens / capacity if capacity else 0.0
 
+    def row_tokens(self) -> list[int]:
+        """Real (non-padding) tokens of each row."""
+        counts = [0] * self.num_rows
+        for row, start, end in self.spans:
+            counts[row] += end - start
+        return counts
+
+    def select_rows(self, rows: Sequence[int]) -> PackedBatch:
+        """The batch of just ``rows`` (in that order), as :func:`pack_sequences` would lay them out:
+        sequences renumbered ``0..n-1`` in their original order, rows as wide as the widest one."""
+        rows = list(rows)
+        new_row = {r: i for i, r in enumerate(rows)}
+        kept = [i for i, (row, _, _) in enumerate(self.spans) if row in new_row]
+        renumber = torch.full((self.num_seqs + 1,), -1, dtype=torch.long)  # index -1 (padding) -> -1
+        renumber[torch.tensor(kept, dtype=torch.long)] = torch.arange(len(kept))
+        width = max((self.spans[i][2] for i in kept), default=0)
+        index = torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t.index_select(0, index)[:, :width]
+
+        seq_ids = take(self.seq_ids)
+        return PackedBatch(
+            input_ids=take(self.input_ids),
+            position_ids=take(self.position_ids),
+            seq_ids=renumber.to(seq_ids.device)[seq_ids],
+            completion_mask=take(self.completion_mask),
+            advantages=take(self.advantages),
+            engine_logprobs=take(self.engine_logprobs),
+            num_seqs=len(kept),
+            num_real_tokens=sum(self.spans[i][2] - self.spans[i][1] for i in kept),
+            source_seq_ids=tuple(self.source_seq_ids[i] for i in kept),
+            spans=tuple((new_row[self.spans[i][0]], self.spans[i][1], self.spans[i][2]) for i in kept),
+        )
+
     def to(self, device: torch.device | str) -> PackedBatch:
         """A copy with every tensor moved to ``device``."""
         return attrs.evolve(

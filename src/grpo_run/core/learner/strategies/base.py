@@ -13,7 +13,8 @@ Data-parallel strategies (:class:`DataParallel` and its subclasses) run inside a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,28 @@ class Strategy:
     ) -> list[PackedBatch]:
         return split_mini_batches(seqs, num_mini_batches, pack_length, pad_token_id)
 
-    def backward_step(self, loss: torch.Tensor) -> float:
-        """Backward, gradient clipping at ``max_grad_norm`` and one optimizer step; the gradient's
-        norm before clipping."""
+    def max_over_ranks(self, value: int) -> int:
+        """The largest ``value`` of any rank (collective where there are several): every rank runs
+        the same number of forwards, since sharded strategies gather weights in each one."""
+        return value
+
+    def zero_grad(self) -> None:
+        """Clear the gradients before a mini-batch's first micro-batch."""
         self.optimizer.zero_grad(set_to_none=True)
+
+    @contextmanager
+    def accumulate(self, last: bool) -> Iterator[None]:
+        """Around one micro-batch's forward and backward: gradients accumulate locally, and are
+        synchronised over ranks only in the ``last`` one of the mini-batch."""
+        yield
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Add one micro-batch's gradient."""
         loss.backward()
+
+    def step(self) -> float:
+        """Gradient clipping at ``max_grad_norm`` and one optimizer step on the accumulated
+        gradient; the gradient's norm before clipping."""
         norm = self._clip_gradients()
         self.optimizer.step()
         return norm

@@ -8,6 +8,8 @@ format: a ddp checkpoint resumes under ``single`` and the other way round.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -30,3 +32,9 @@ class DDPStrategy(DataParallel):
     @property
     def train_module(self) -> Any:
         return self.wrapped  # its backward hooks all-reduce the gradients
+
+    @contextmanager
+    def accumulate(self, last: bool) -> Iterator[None]:
+        # no_sync must hold the forward too: DDP decides there whether the backward all-reduces.
+        with nullcontext() if last else self.wrapped.no_sync():
+            yield

@@ -18,6 +18,8 @@ On a CPU machine DeepSpeed JIT-compiles a small C++ op on first use (30-90 s, ca
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,9 @@ CHECKPOINT_TAG = "deepspeed"
 
 
 def deepspeed_config(learner: LearnerSection, max_grad_norm: float, dtype: torch.dtype) -> dict[str, Any]:
-    """The DeepSpeed config of a run: one micro-batch per optimizer step (the learner already splits
-    rollout batches into mini-batches), ZeRO stage, offloading, precision."""
+    """The DeepSpeed config of a run: ZeRO stage, offloading, precision. The learner splits rollout
+    batches into mini-batches and those into micro-batches itself, and marks the accumulation
+    boundary of each micro-batch (:meth:`DeepSpeedStrategy.accumulate`); DeepSpeed's own counts stay 1."""
     zero: dict[str, Any] = {"stage": learner.stage}
     if learner.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -79,9 +82,21 @@ class DeepSpeedStrategy(DataParallel):
     def train_module(self) -> Any:
         return self.engine
 
-    def backward_step(self, loss: torch.Tensor) -> float:
-        self.engine.backward(loss)
-        self.engine.step()  # clip (gradient_clipping), optimizer step, zero the gradients
+    def zero_grad(self) -> None:
+        pass  # engine.step() zeroes them after each update
+
+    @contextmanager
+    def accumulate(self, last: bool) -> Iterator[None]:
+        # DeepSpeed's own accumulation boundary: its micro-step counter does not know how many
+        # micro-batches this mini-batch has, so the boundary is set before each one.
+        self.engine.set_gradient_accumulation_boundary(last)
+        yield
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss)  # gradient_accumulation_steps = 1: the loss is not rescaled
+
+    def step(self) -> float:
+        self.engine.step()  # at the boundary: clip (gradient_clipping), optimizer step, zero the gradients
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else 0.0
 

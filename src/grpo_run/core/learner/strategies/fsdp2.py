@@ -13,6 +13,8 @@ update gathers one policy parameter at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -56,6 +58,13 @@ class FSDP2Strategy(DataParallel):
         # The optimizer must see the sharded (DTensor) parameters, so it is built after sharding.
         self.optimizer = make_optimizer(policy.parameters(), optim)
         return self.optimizer
+
+    @contextmanager
+    def accumulate(self, last: bool) -> Iterator[None]:
+        # Without sync, each rank keeps its unsharded gradient and adds the next micro-batch's to
+        # it; the last backward reduce-scatters the sum.
+        self.policy.set_requires_gradient_sync(last)  # type: ignore[operator]
+        yield
 
     def _clip_gradients(self) -> float:
         norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)

@@ -37,6 +37,11 @@ class DataParallel(Strategy):
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out.to(value.device)
 
+    def max_over_ranks(self, value: int) -> int:
+        out = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        return int(out.item())
+
     def mini_batches(
         self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int
     ) -> list[PackedBatch]:

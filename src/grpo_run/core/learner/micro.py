@@ -1,0 +1,157 @@
+"""Micro-batches: a mini-batch's packed rows, split under a token budget per forward.
+
+A mini-batch is one optimizer step; its forward and backward may run in several pieces of whole
+rows whose gradients add up. The loss needs no rescaling for that: the normaliser's per-token
+weights (:mod:`.aggregation`) are fixed over the whole rollout batch before any forward, and a
+sequence never spans two rows, so the sum of the micro-batches' weighted losses *is* the
+mini-batch's loss, in every aggregation mode.
+
+The no-grad passes (pi_old, reference) split the same way under their own budget, and their
+``[R, L]`` results are assembled per mini-batch, so a training micro-batch can take its rows of
+them whatever the two budgets are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+import torch
+
+from grpo_run.core.learner.layout import SequenceLayout
+from grpo_run.core.learner.logprobs import batch_layout
+from grpo_run.core.learner.strategies.base import Strategy
+from grpo_run.core.learner.strategies.sharding import idle_batch
+from grpo_run.core.rollout.packing import PackedBatch, token_balanced_groups
+
+
+def row_groups(row_tokens: Sequence[int], max_tokens: int, *, at_least: int = 1) -> list[list[int]]:
+    """Row indices of each micro-batch: the fewest token-balanced groups (LPT) in which every group
+    of more than one row holds at most ``max_tokens`` real tokens, and at least ``at_least``
+    groups where there are that many rows. ``max_tokens = 0``: one group (no bound).
+
+    >>> row_groups([500, 500, 480, 120], 1024)
+    [[0, 2], [1, 3]]
+    """
+    rows = len(row_tokens)
+    if rows == 0:
+        return []
+    count = 1 if max_tokens <= 0 else max(1, -(-sum(row_tokens) // max_tokens))
+    count = min(rows, max(count, at_least))
+    while True:
+        groups = token_balanced_groups(row_tokens, count)
+        fits = max_tokens <= 0 or all(len(g) == 1 or sum(row_tokens[i] for i in g) <= max_tokens for g in groups)
+        if fits or count >= rows:
+            return groups
+        count += 1
+
+
+def split_rows(batch: PackedBatch, groups: Sequence[Sequence[int]]) -> list[PackedBatch]:
+    """``batch`` itself when one group holds every row in order, else one batch per group."""
+    if len(groups) == 1 and list(groups[0]) == list(range(batch.num_rows)):
+        return [batch]
+    return [batch.select_rows(g) for g in groups]
+
+
+def assemble_rows(
+    batch: PackedBatch,
+    groups: Sequence[Sequence[int]],
+    parts: Sequence[PackedBatch],
+    compute: Callable[[PackedBatch], torch.Tensor],
+) -> torch.Tensor:
+    """``compute`` (a ``[r, w]`` per-token tensor of a batch) over ``batch``'s row groups, put back
+    together as the ``[R, L]`` tensor of the whole batch (0 beyond each part's width)."""
+    if len(parts) == 1 and parts[0] is batch:
+        return compute(batch)
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    for rows, part in zip(groups, parts):
+        values = compute(part)
+        out[torch.tensor(list(rows), device=out.device), : values.shape[1]] = values
+    return out
+
+
+def take_rows(values: torch.Tensor | None, rows: Sequence[int], part: PackedBatch) -> torch.Tensor | None:
+    """The ``[r, w]`` share of a mini-batch's ``[R, L]`` ``values`` that lines up with ``part``."""
+    if values is None:
+        return None
+    if values.shape == part.input_ids.shape and list(rows) == list(range(values.shape[0])):
+        return values
+    index = torch.tensor(list(rows), device=values.device)
+    return values.index_select(0, index)[:, : part.row_length]
+
+
+@attrs.frozen(eq=False)
+class MicroBatch:
+    """A micro-batch: ``rows`` of its mini-batch (empty for a padding micro-batch, which matches
+    another rank's count), the packed rows and their sequence layout."""
+
+    rows: tuple[int, ...]
+    batch: PackedBatch
+    layout: SequenceLayout
+
+
+class MicroBatches:
+    """One learner step's micro-batches, by mini-batch and budget; a piece over the same rows is
+    built once (the policy, old and reference forwards of one budget share it)."""
+
+    def __init__(self, strategy: Strategy, pad_token_id: int, share_prompts: bool) -> None:
+        self.strategy = strategy
+        self.pad_token_id = pad_token_id
+        self.share_prompts = share_prompts
+        self._pieces: dict[tuple[int, tuple[int, ...]], MicroBatch] = {}
+        self._layouts: dict[int, SequenceLayout] = {}
+
+    def split(self, index: int, batch: PackedBatch, max_tokens: int) -> list[MicroBatch]:
+        """The micro-batches of mini-batch ``index`` under ``max_tokens``, as many as on the rank
+        that needs the most (padding ones after the real ones)."""
+        strategy = self.strategy
+        tokens = batch.row_tokens()
+        groups = row_groups(tokens, max_tokens)
+        count = strategy.max_over_ranks(len(groups))
+        if count > len(groups):  # another rank needs more: use as many where there are rows
+            groups = row_groups(tokens, max_tokens, at_least=count)
+        missing = [key for key in ((index, tuple(g)) for g in groups) if key not in self._pieces]
+        for key, part in zip(missing, split_rows(batch, [list(rows) for _, rows in missing])):
+            self._pieces[key] = MicroBatch(key[1], part, self.layout_of(part))
+        out = [self._pieces[(index, tuple(g))] for g in groups]
+        if len(out) < count:
+            pad = idle_batch(self.pad_token_id).to(batch.input_ids.device)
+            out += [MicroBatch((), pad, self.layout_of(pad))] * (count - len(out))
+        return out
+
+    def layout_of(self, batch: PackedBatch) -> SequenceLayout:
+        if id(batch) not in self._layouts:
+            self._layouts[id(batch)] = batch_layout(batch, share_prompts=self.share_prompts)
+        return self._layouts[id(batch)]
+
+
+_SUMMED = ("loss/policy", "loss/total", "loss/kl")
+"""Each micro-batch's value is its share of the mini-batch's loss: they add up."""
+
+
+class MicroMetrics:
+    """A mini-batch's metrics from its micro-batches': losses add up, everything else (loss
+    diagnostics, entropy) is a mean weighted by loss tokens -- the mini-batch's own value for
+    per-token means."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.plain: dict[str, list[float]] = {}
+
+    def add(self, values: Mapping[str, float], tokens: int) -> None:
+        for key, value in values.items():
+            if key in _SUMMED:
+                self.sums[key] = self.sums.get(key, 0.0) + value
+                continue
+            self.plain.setdefault(key, []).append(value)
+            if tokens:
+                self.sums[key] = self.sums.get(key, 0.0) + value * tokens
+                self.weights[key] = self.weights.get(key, 0.0) + tokens
+
+    def result(self) -> dict[str, float]:
+        out = {k: v for k, v in self.sums.items() if k in _SUMMED}
+        for key, values in self.plain.items():
+            weight = self.weights.get(key, 0.0)
+            out[key] = self.sums[key] / weight if weight else sum(values) / len(values)
+        return out
