@@ -17,7 +17,12 @@ Modes, each the same objective (sum of advantage-weighted completion log-probs, 
               padding trainer (TRL) does.
 Prints real tokens/s per mode (every sequence's tokens, its prompt's included; median of
 ``--repeats``, modes taking turns, after a warm-up) and the fp32 matmul floor (tokens/s at
-6 x params FLOP per token). Asserts nothing.
+6 x params FLOP per token).
+
+``--micro N`` instead times whole learner steps (``Learner.train_step``: forward, loss, backward,
+AdamW) on the same sequences in one forward and in micro-batches of at most N tokens
+(``learner.max_tokens_per_forward``; default: a quarter of the batch), and prints both and their
+ratio. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -107,14 +112,47 @@ def timed_round_robin(fns: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def micro_versus_one_forward(model, seqs, budget: int, repeats: int) -> None:
+    """Median s/step of a learner step in one forward and under ``budget`` tokens per forward."""
+    from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
+    from grpo_run.core.learner.learner import Learner
+    from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
+    from grpo_run.plugins.losses.dapo import DapoLoss
+
+    def learner(tokens: int) -> Learner:
+        spec = LearnerSpec(
+            model=ModelSpec(path="<in memory>"), algorithm=AlgorithmSection(pack_length=512 + 64),
+            optim=OptimSection(lr=1e-6), kl=KLSlot(), loss=ComponentSpec(DapoLoss, DapoLoss.Config()),
+            kl_estimator=None, temperature=1.0, total_steps=10**6, pad_token_id=0,
+            forward_tokens=tokens, logprob_forward_tokens=tokens,
+        )
+        return Learner(spec, model, None, DapoLoss(DapoLoss.Config()), None)
+
+    learners = {"one forward": learner(0), f"micro {budget}": learner(budget)}
+    forwards = {name: l.train_step(seqs)["perf/micro_batches"] for name, l in learners.items()}
+    times = timed_round_robin({name: (lambda l=l: l.train_step(seqs)) for name, l in learners.items()}, repeats)
+    for name, seconds in times.items():
+        print(f"{name:<14} {seconds:7.3f} s/step  ({forwards[name]:.0f} forward(s) per mini-batch)")
+    one, micro = times.values()
+    print(f"micro / one forward: {micro / one:.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mix", choices=["bench-small", "skewed"], default="skewed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--modes", default="varlen,unshared,dense,padded")
+    parser.add_argument("--micro", type=int, nargs="?", const=-1, default=None, metavar="N",
+                        help="time learner steps in one forward vs micro-batches of N tokens (default: a quarter)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.micro is not None:
+        seqs = make_seqs(args.mix)
+        budget = args.micro if args.micro > 0 else sum(len(s) for s in seqs) // 4
+        print(f"mix {args.mix}: {len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens; threads {args.threads}")
+        micro_versus_one_forward(make_model(), seqs, budget, args.repeats)
+        return 0
 
     from grpo_run.core.learner.logprobs import batch_layout
     from grpo_run.core.rollout.packing import pack_sequences

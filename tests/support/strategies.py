@@ -35,6 +35,7 @@ def strategy_spec(
     policy_from: Path | None = None,
     loss_aggregation: str = "token-mean",
     loss_denominator: str | float = "token",
+    forward_tokens: int = 0,
 ) -> LearnerSpec:
     algorithm = AlgorithmSection(
         pack_length=16,
@@ -53,6 +54,8 @@ def strategy_spec(
         temperature=1.0,
         total_steps=10,
         pad_token_id=0,
+        forward_tokens=forward_tokens,
+        logprob_forward_tokens=forward_tokens,
     )
 
 

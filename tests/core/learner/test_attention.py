@@ -7,12 +7,14 @@ own causal attention (float64 log-softmax), or a dense per-sequence softmax writ
 from __future__ import annotations
 
 import copy
+import sys
 import random
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from grpo_run.core.learner import attention
 from grpo_run.core.learner.attention import enable_varlen_attention, varlen_attention, varlen_supported
 from grpo_run.core.learner.layout import length_buckets, sequence_layout
 from support.entropy import token_entropy
@@ -222,6 +224,51 @@ def test_flash_varlen_on_cuda_matches_bucketed_sdpa() -> None:
         for i, s in enumerate(seqs):
             r, a, b = batch.spans[i]
             torch.testing.assert_close(got[r, a:b].double(), unpacked(model32, s).to(got.device), rtol=0, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_torch_varlen_attn_on_cuda_matches_the_dense_mask(monkeypatch) -> None:
+    # The path of a CUDA image without the flash-attn package (torch >= 2.10).
+    if attention._torch_varlen() is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn")
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # as if not installed
+    seqs = skewed_seqs(4) + grouped_seqs(4)
+    batch = pack_sequences(seqs, pack_length=72, pad_token_id=0)
+    assert batch_layout(batch).shares
+    model = llama(seed=4).cuda().to(torch.bfloat16)
+    q = torch.zeros(1, 1, 8, dtype=torch.bfloat16, device="cuda")
+    assert attention.fused_varlen_kernel(q) is attention._torch_varlen()
+    with torch.no_grad():
+        fused = packed_token_logprobs(model, batch)
+        dense = packed_token_logprobs(model, batch, attention_mask=block_causal_mask(batch.seq_ids.cuda(), torch.bfloat16))
+    torch.testing.assert_close(fused, dense, rtol=0, atol=0.05)
+
+
+@pytest.mark.parametrize(("argument", "expected"), [("is_causal", {"is_causal": True}), ("window_size", {"window_size": (-1, 0)})])
+def test_torch_varlen_attn_is_called_causal_in_either_signature(monkeypatch, argument, expected) -> None:
+    # torch 2.10 takes is_causal, later releases a (left, right) window; (-1, 0) is causal.
+    varlen = pytest.importorskip("torch.nn.attention.varlen")
+    calls = []
+    namespace: dict = {"calls": calls}
+    exec(  # a stand-in with the release's signature
+        f"def fake(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, {argument}=None, scale=None):\n"
+        f"    calls.append(({argument}, scale))\n    return query",
+        namespace,
+    )
+    monkeypatch.setattr(varlen, "varlen_attn", namespace["fake"])
+    attention._torch_varlen.cache_clear()
+    try:
+        kernel = attention._torch_varlen()
+        q = torch.zeros(3, 2, 4)
+        assert kernel(q, q, q, torch.tensor([0, 3], dtype=torch.int32), 3, 0.5, 0.0) is q
+    finally:
+        attention._torch_varlen.cache_clear()
+    assert calls == [(expected[argument], 0.5)]
+
+
+def test_cpu_and_fp32_take_the_buckets() -> None:
+    assert attention.fused_varlen_kernel(torch.zeros(2, 2, 4)) is None
+    assert attention.fused_varlen_kernel(torch.zeros(2, 2, 4, dtype=torch.bfloat16)) is None
 
 
 def test_a_saved_switched_model_loads_with_its_original_attention(tmp_path) -> None:

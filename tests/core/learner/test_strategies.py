@@ -52,6 +52,8 @@ def check_against_one_process(
         assert group.steps == 4
         difference = max_difference(group.weights_snapshot(), weights)
         assert 0 < difference < WEIGHT_ATOL  # not bit-identical: the ranks really summed gradients
+        if algorithm.get("forward_tokens"):  # micro-batches, padded where another rank has more
+            assert max(m["perf/micro_batches"] for m in got) > 1
         for want, have in zip(metrics, got):
             for key in EXACT_METRICS:
                 assert have[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
@@ -65,6 +67,13 @@ def check_against_one_process(
 
 def test_ddp_equals_one_process(model_dir, reference) -> None:
     check_against_one_process(model_dir, reference, "ddp")
+
+
+def test_ddp_micro_batches_equal_one_process_in_one_forward(model_dir, reference) -> None:
+    # One row per forward (a budget below pack_length): gradients accumulate without an
+    # all-reduce until each mini-batch's last micro-batch (no_sync), and a rank with fewer rows
+    # pads with empty forwards.
+    check_against_one_process(model_dir, reference, "ddp", forward_tokens=8)
 
 
 # Every aggregation mode and denominator but the default one above. A constant denominator
@@ -94,7 +103,20 @@ def test_fsdp2_equals_one_process(model_dir, reference) -> None:
 
 
 @pytest.mark.heavy
+def test_fsdp2_micro_batches_equal_one_process_in_one_forward(model_dir, reference) -> None:
+    check_against_one_process(model_dir, reference, "fsdp2", forward_tokens=8)
+
+
+@pytest.mark.heavy
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_zero_equals_one_process(model_dir, reference, stage) -> None:
     pytest.importorskip("deepspeed")
     check_against_one_process(model_dir, reference, "deepspeed", stage)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_micro_batches_equal_one_process_in_one_forward(model_dir, reference, stage) -> None:
+    # DeepSpeed's accumulation boundary is set before each micro-batch; one engine.step() per mini-batch.
+    pytest.importorskip("deepspeed")
+    check_against_one_process(model_dir, reference, "deepspeed", stage, forward_tokens=8)

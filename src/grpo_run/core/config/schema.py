@@ -93,8 +93,10 @@ class ModelSection:
     """A branch, tag or commit of a Hugging Face model id (unset: the default branch)."""
     trust_remote_code: bool = False
     """Allow a hub model's own Python code to run (transformers' ``trust_remote_code``)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass instead of storing them (less memory, ~30% more compute)."""
+    gradient_checkpointing: Literal["auto"] | bool = "auto"
+    """Recompute activations in the backward pass instead of storing them: a forward's activation
+    memory drops to about one layer's, for ~30% more learner compute. ``"auto"``: on for a CUDA
+    model (where memory, not compute, bounds the batch), off on the CPU (where it only costs)."""
     autocast: Literal["none", "bfloat16"] = attrs.field(default="none")
     """Mixed precision: learner forwards run under ``torch.autocast`` in this dtype while the
     weights, gradients and optimizer state stay in ``dtype`` (which must be ``"float32"``)."""

@@ -13,8 +13,9 @@ original implementation otherwise -- attention *and* mask creation -- so any oth
 model behaves exactly as before. The switch is permanent (not undone after the forward) because
 gradient checkpointing re-runs attention during ``backward``, after any context would have ended.
 
-Kernels: on CUDA with fp16/bf16 and ``flash_attn`` installed, ``flash_attn_varlen_func`` on the
-stream; otherwise (CPU, fp32) sequences are grouped into length buckets, each bucket gathered into
+Kernels: on CUDA with fp16/bf16, ``flash_attn_varlen_func`` where the ``flash_attn`` package is
+installed, else torch's own ``varlen_attn`` (torch >= 2.10; its causal argument is detected, as it
+changed between releases), on the stream; otherwise (CPU, fp32) sequences are grouped into length buckets, each bucket gathered into
 a ``[S, H, L_max, D]`` batch and run through ``scaled_dot_product_attention(is_causal=True)``.
 Padding inside a bucket needs no mask: with each sequence at offset 0 of its slot, a causal query
 never sees the slots past its own sequence's end (padded queries are computed and dropped).
@@ -27,6 +28,7 @@ takes the output of its own place; the gathers' backward sums the gradients of e
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -61,16 +63,12 @@ def varlen_attention(
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         value = value.repeat_interleave(heads // value.shape[1], dim=1)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
-    if _flash_varlen_usable(q):
-        from flash_attn import flash_attn_varlen_func
-
+    kernel = fused_varlen_kernel(q, dropout)
+    if kernel is not None:
         if layout.virtual is not None:  # the virtual stream: every sequence whole
             q, k, v = (t.index_select(0, layout.virtual) for t in (q, k, v))
         cu = layout.cu_seqlens.to(q.device)
-        out = flash_attn_varlen_func(
-            q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, layout.max_seqlen, layout.max_seqlen,
-            dropout_p=dropout, softmax_scale=scaling, causal=True,
-        )
+        out = kernel(q.contiguous(), k.contiguous(), v.contiguous(), cu, layout.max_seqlen, scaling, dropout)
         return (out if layout.owner is None else out.index_select(0, layout.owner))[None]
     if layout.shares:
         return _shared_bucket_attention(q, k, v, layout, scaling, dropout)[None]
@@ -146,14 +144,47 @@ class _FromSlots(torch.autograd.Function):
         return grad.index_select(0, gather) * keep.view(-1, *[1] * (grad.dim() - 1)), None, None
 
 
-def _flash_varlen_usable(q: torch.Tensor) -> bool:
+VarlenKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, "float | None", float], torch.Tensor]
+"""``(q, k, v, cu_seqlens, max_seqlen, scale, dropout) -> out``, each ``[T, H, D]``, causal per sequence."""
+
+
+def fused_varlen_kernel(q: torch.Tensor, dropout: float = 0.0) -> VarlenKernel | None:
+    """The fused varlen kernel for ``q``, or ``None`` (then length buckets of SDPA run): CUDA with
+    fp16/bf16 only; the ``flash_attn`` package where it is installed, else torch's own
+    ``varlen_attn`` (torch >= 2.10, no dropout)."""
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
-        return False
+        return None
     try:
-        import flash_attn  # noqa: F401
+        from flash_attn import flash_attn_varlen_func
     except ImportError:
-        return False
-    return True
+        return _torch_varlen() if dropout == 0.0 else None
+
+    def flash(q, k, v, cu, max_len, scale, dropout):
+        return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, dropout_p=dropout, softmax_scale=scale, causal=True)
+
+    return flash
+
+
+@functools.cache
+def _torch_varlen() -> VarlenKernel | None:
+    """``torch.nn.attention.varlen.varlen_attn`` with the causal switch of the installed release:
+    ``is_causal=True`` (torch 2.10) or ``window_size=(-1, 0)`` (later ones)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "is_causal" in params:
+        causal: dict[str, Any] = {"is_causal": True}
+    elif "window_size" in params:
+        causal = {"window_size": (-1, 0)}
+    else:
+        return None
+
+    def kernel(q, k, v, cu, max_len, scale, dropout):
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scale, **causal)
+
+    return kernel
 
 
 # -- registration with transformers -------------------------------------------------------

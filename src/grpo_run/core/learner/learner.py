@@ -106,7 +106,9 @@ class Learner:
         param = next(self.policy.parameters())
         mini_batches = [
             b.to(param.device)
-            for b in self.strategy.mini_batches(seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id)
+            for b in self.strategy.mini_batches(
+                seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id, self.spec.forward_tokens
+            )
         ]
         # Counts for the whole rollout batch, fixed before any update (see loss_aggregation).
         normaliser = LossNormaliser.for_batches(

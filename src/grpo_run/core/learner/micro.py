@@ -25,10 +25,32 @@ from grpo_run.core.learner.strategies.sharding import idle_batch
 from grpo_run.core.rollout.packing import PackedBatch, token_balanced_groups
 
 
-def row_groups(row_tokens: Sequence[int], max_tokens: int, *, at_least: int = 1) -> list[list[int]]:
+def micro_groups(batch: PackedBatch, max_tokens: int) -> list[list[int]]:
+    """Row indices of each micro-batch of ``batch`` under ``max_tokens`` real tokens per forward.
+
+    Where the batch was packed in micro-batches (:attr:`PackedBatch.micro_rows`) that fit, those,
+    with neighbours merged while they still fit (a larger budget, as the no-grad passes have);
+    otherwise :func:`row_groups`. ``max_tokens = 0``: every row in one forward.
+    """
+    rows = list(range(batch.num_rows))
+    if max_tokens <= 0 or not rows:
+        return [rows] if rows else []
+    tokens = batch.row_tokens()
+    units = [list(g) for g in batch.micro_rows or ()]
+    if not units or any(len(u) > 1 and sum(tokens[r] for r in u) > max_tokens for u in units):
+        return row_groups(tokens, max_tokens)
+    merged: list[list[int]] = []
+    for unit in units:
+        if merged and sum(tokens[r] for r in merged[-1] + unit) <= max_tokens:
+            merged[-1] += unit
+        else:
+            merged.append(list(unit))
+    return merged
+
+
+def row_groups(row_tokens: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Row indices of each micro-batch: the fewest token-balanced groups (LPT) in which every group
-    of more than one row holds at most ``max_tokens`` real tokens, and at least ``at_least``
-    groups where there are that many rows. ``max_tokens = 0``: one group (no bound).
+    of more than one row holds at most ``max_tokens`` real tokens. ``max_tokens = 0``: one group.
 
     >>> row_groups([500, 500, 480, 120], 1024)
     [[0, 2], [1, 3]]
@@ -36,8 +58,7 @@ def row_groups(row_tokens: Sequence[int], max_tokens: int, *, at_least: int = 1)
     rows = len(row_tokens)
     if rows == 0:
         return []
-    count = 1 if max_tokens <= 0 else max(1, -(-sum(row_tokens) // max_tokens))
-    count = min(rows, max(count, at_least))
+    count = 1 if max_tokens <= 0 else min(rows, max(1, -(-sum(row_tokens) // max_tokens)))
     while True:
         groups = token_balanced_groups(row_tokens, count)
         fits = max_tokens <= 0 or all(len(g) == 1 or sum(row_tokens[i] for i in g) <= max_tokens for g in groups)
@@ -66,17 +87,18 @@ def assemble_rows(
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
     for rows, part in zip(groups, parts):
         values = compute(part)
-        out[torch.tensor(list(rows), device=out.device), : values.shape[1]] = values
+        out[torch.tensor(list(rows), dtype=torch.long, device=out.device), : values.shape[1]] = values
     return out
 
 
 def take_rows(values: torch.Tensor | None, rows: Sequence[int], part: PackedBatch) -> torch.Tensor | None:
-    """The ``[r, w]`` share of a mini-batch's ``[R, L]`` ``values`` that lines up with ``part``."""
-    if values is None:
+    """The ``[r, w]`` share of a mini-batch's ``[R, L]`` ``values`` that lines up with ``part``
+    (``None`` for a padding micro-batch, which has no rows of it)."""
+    if values is None or not rows:
         return None
     if values.shape == part.input_ids.shape and list(rows) == list(range(values.shape[0])):
         return values
-    index = torch.tensor(list(rows), device=values.device)
+    index = torch.tensor(list(rows), dtype=torch.long, device=values.device)
     return values.index_select(0, index)[:, : part.row_length]
 
 
@@ -104,12 +126,8 @@ class MicroBatches:
     def split(self, index: int, batch: PackedBatch, max_tokens: int) -> list[MicroBatch]:
         """The micro-batches of mini-batch ``index`` under ``max_tokens``, as many as on the rank
         that needs the most (padding ones after the real ones)."""
-        strategy = self.strategy
-        tokens = batch.row_tokens()
-        groups = row_groups(tokens, max_tokens)
-        count = strategy.max_over_ranks(len(groups))
-        if count > len(groups):  # another rank needs more: use as many where there are rows
-            groups = row_groups(tokens, max_tokens, at_least=count)
+        groups = micro_groups(batch, max_tokens)
+        count = self.strategy.max_over_ranks(len(groups))
         missing = [key for key in ((index, tuple(g)) for g in groups) if key not in self._pieces]
         for key, part in zip(missing, split_rows(batch, [list(rows) for _, rows in missing])):
             self._pieces[key] = MicroBatch(key[1], part, self.layout_of(part))

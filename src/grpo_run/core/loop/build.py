@@ -93,11 +93,13 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
     """The learner's part of ``cfg``, as a picklable spec."""
     registry = host.registry
     m = cfg.model
+    device = resolve_device(m.device)
+    checkpointing = device.startswith("cuda") if m.gradient_checkpointing == "auto" else m.gradient_checkpointing
     return LearnerSpec(
         model=ModelSpec(
-            path=model_path, dtype=m.dtype, device=resolve_device(m.device), attn_implementation=m.attn_implementation,
+            path=model_path, dtype=m.dtype, device=device, attn_implementation=m.attn_implementation,
             revision=m.revision, trust_remote_code=m.trust_remote_code,
-            gradient_checkpointing=m.gradient_checkpointing,
+            gradient_checkpointing=checkpointing,
             policy_from=str(policy_from) if policy_from is not None else None,
             autocast=m.autocast, lora=m.lora,
         ),

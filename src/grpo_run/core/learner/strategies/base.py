@@ -70,9 +70,12 @@ class Strategy:
         return None
 
     def mini_batches(
-        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int
+        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int,
+        max_tokens: int = 0,
     ) -> list[PackedBatch]:
-        return split_mini_batches(seqs, num_mini_batches, pack_length, pad_token_id)
+        """This process's packed share of each mini-batch, laid out in micro-batches of at most
+        ``max_tokens`` tokens (:func:`~grpo_run.core.rollout.packing.pack_sequences`)."""
+        return split_mini_batches(seqs, num_mini_batches, pack_length, pad_token_id, max_tokens=max_tokens)
 
     def max_over_ranks(self, value: int) -> int:
         """The largest ``value`` of any rank (collective where there are several): every rank runs

@@ -43,10 +43,12 @@ class DataParallel(Strategy):
         return int(out.item())
 
     def mini_batches(
-        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int
+        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int,
+        max_tokens: int = 0,
     ) -> list[PackedBatch]:
         return rank_mini_batches(
-            seqs, num_mini_batches, pack_length, pad_token_id, rank=self.rank, world_size=self.world_size
+            seqs, num_mini_batches, pack_length, pad_token_id, rank=self.rank, world_size=self.world_size,
+            max_tokens=max_tokens,
         )
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:

@@ -39,9 +39,11 @@ def rank_mini_batches(
     *,
     rank: int,
     world_size: int,
+    max_tokens: int = 0,
 ) -> list[PackedBatch]:
     """Rank ``rank``'s packed share of each of the rollout batch's mini-batches (an idle batch
-    where its share is empty). Every rank gets the same number of mini-batches."""
+    where its share is empty), packed under ``max_tokens`` per micro-batch. Every rank gets the
+    same number of mini-batches."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     lengths = [len(s) for s in seqs]
@@ -49,5 +51,5 @@ def rank_mini_batches(
     for group in token_balanced_groups(lengths, num_mini_batches):
         shares = token_balanced_groups([lengths[i] for i in group], world_size)
         mine = [seqs[group[j]] for j in shares[rank]] if rank < len(shares) else []
-        out.append(pack_sequences(mine, pack_length, pad_token_id) if mine else idle_batch(pad_token_id))
+        out.append(pack_sequences(mine, pack_length, pad_token_id, max_tokens=max_tokens) if mine else idle_batch(pad_token_id))
     return out
