@@ -4,6 +4,8 @@ each as a fraction of the measured fp32 (and bf16) matmul floor. Prints figures;
     make setup-bench                   # TRL 1.16, pinned by constraints.txt (only for bench/)
     python bench/bench_vs_trl.py [--preset bench-small|embedded|smollm2] [--threads 2] [--pairs 5]
                                  [--steps 6] [--async-steps K] [--engines hf,vllm] [--shape P,G,T]
+    python bench/bench_vs_trl.py --preset cuda|cuda-360m|cuda-1.7b [--checkpointing on|off]
+                                 [--tokenizer DIR] [--pairs 1] [--steps 3] [--warmup 1]
 
 Both run the same model, prompts, batch and sampling: temperature 1, top-p 1, no top-k, fp32 on
 CPU, DAPO loss with clip 0.2/0.28, beta 0, one optimizer update per batch, no eval, no
@@ -18,6 +20,15 @@ workers. Each run is its own process; runs are interleaved
 (grpo-run, TRL, grpo-run, ...) and the first ``--warmup`` steps of each run are not timed. Per
 run: the median over its timed steps; the table: the median over runs, and the median of the
 per-pair ratios (pairing keeps ratios meaningful on a machine whose speed drifts).
+
+The CUDA presets (``cuda``: both sizes, one after the other) run random-init models of
+SmolLM2-360M's and SmolLM2-1.7B's shapes with SmolLM2's tokenizer (bench/cuda_models.py) on the
+arithmetic prompts through its chat template, 16 prompts x 8 samples x 256 new tokens, bf16
+autocast over fp32 weights on one GPU, HF ``generate`` on both sides and gradient checkpointing
+set alike (``--checkpointing``, default on, TRL's default); grpo-run with its default token budget
+per forward. They print s/step, generation and learner time, learner TFLOP/s (6 x N x tokens /
+learner s: model FLOPs, recomputation not counted) and the peak GPU memory allocated (GiB) of each
+run's process; TRL's side is left out, with a note, where TRL is not installed.
 
 Floors, per step, with N = the weights of every Linear layer (the matmul work per token is 2N):
 learner 6 N x (prompt + completion tokens), generation 2 N x (prompt + completion tokens), at the
@@ -41,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step import _config, _register_bench_model  # noqa: E402
+from cuda_models import CUDA_SHAPE, SHAPES, grpo_config, save_random_model, tokenizer_dir  # noqa: E402
 from floor import matmul_gflops  # noqa: E402
 
 import torch  # noqa: E402
@@ -64,9 +76,15 @@ def smollm2_config(steps: int, async_steps: int = 1) -> dict:
     return data
 
 
-def bench_config(preset: str, steps: int, async_steps: int = 1, engine: str = "hf", shape: str = "") -> dict:
-    """The run's config; ``shape`` ("PROMPTS,SAMPLES,NEW_TOKENS", empty: the preset's) scales the batch."""
-    data = smollm2_config(steps, async_steps) if preset == "smollm2" else _config(preset, steps, async_steps)
+def bench_config(preset: str, steps: int, async_steps: int = 1, engine: str = "hf", shape: str = "",
+                 model_dir: str = "", checkpointing: bool = True) -> dict:
+    """The run's config; ``shape`` ("PROMPTS,SAMPLES,NEW_TOKENS", empty: the preset's) scales the batch;
+    ``model_dir`` and ``checkpointing``: the CUDA presets' model and its setting."""
+    if preset.startswith("cuda"):
+        data = grpo_config(_config("embedded", steps, async_steps), model_dir, checkpointing)
+        shape = shape or CUDA_SHAPE
+    else:
+        data = smollm2_config(steps, async_steps) if preset == "smollm2" else _config(preset, steps, async_steps)
     if shape:
         prompts, samples, tokens = (int(x) for x in shape.split(","))
         data["rollout"].update(num_unique_prompts_rollout=prompts, num_samples_per_prompt_rollout=samples,
@@ -113,12 +131,17 @@ def _host_and_model(preset: str):
 
 
 def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: int = 1, engine: str = "hf",
-             shape: str = "") -> dict:
+             shape: str = "", model_dir: str = "", checkpointing: bool = True) -> dict:
     from grpo_run.core.config import parse_config
     from grpo_run.core.loop.run import train
 
-    host, path = _host_and_model(preset)
-    data = bench_config(preset, steps, async_steps, engine, shape)
+    if preset.startswith("cuda"):
+        from grpo_run.core.plugins.host import build_plugin_host
+
+        host, path = build_plugin_host(), model_dir
+    else:
+        host, path = _host_and_model(preset)
+    data = bench_config(preset, steps, async_steps, engine, shape, model_dir, checkpointing)
     data["train"]["num_threads"] = threads
     cfg = parse_config(data, host.registry, source="bench_vs_trl")
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,10 +159,17 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: in
         "tokens": [r["perf/learner_tokens_per_s"] * r["perf/learner_s"] for r in timed],
         "generated": [r["perf/generation_tokens_per_s"] * r["perf/generation_s"] for r in timed],
         "weights": weights,
+        "peak_gib": _peak_gib(),
     }
 
 
-def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "") -> dict:
+def _peak_gib() -> float:
+    """The process's peak GPU memory allocated by torch (0 without CUDA)."""
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "", model_dir: str = "",
+            checkpointing: bool = True) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -148,8 +178,9 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "")
     from grpo_run.plugins.verifiers.math import MathVerifier
 
     torch.set_num_threads(threads)
-    _, path = _host_and_model(preset)
-    data = bench_config(preset, steps, shape=shape)
+    cuda = preset.startswith("cuda")
+    path = model_dir if cuda else _host_and_model(preset)[1]
+    data = bench_config(preset, steps, shape=shape, model_dir=model_dir, checkpointing=checkpointing)
     prompts, samples = data["rollout"]["num_unique_prompts_rollout"], data["rollout"]["num_samples_per_prompt_rollout"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -161,7 +192,8 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "")
         return [verifier.score(c[-1]["content"], gt, {}).score for c, gt in zip(completions, ground_truth)]
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, seed=1, report_to=[],
+        output_dir=tempfile.mkdtemp(), use_cpu=not cuda, bf16=cuda, fp16=False, seed=1, report_to=[],
+        gradient_checkpointing=cuda and checkpointing,
         save_strategy="no", logging_steps=1, disable_tqdm=True, max_steps=steps,
         per_device_train_batch_size=prompts * samples, gradient_accumulation_steps=1, steps_per_generation=1,
         num_generations=samples, num_iterations=1, max_completion_length=data["rollout"]["response_length"],
@@ -196,6 +228,7 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "")
     out = {k: v[warmup:] for k, v in record.items()}
     out["learner_s"] = [s - g for s, g in zip(out["step_s"], out["generation_s"])]
     out["weights"] = matmul_weights(path)
+    out["peak_gib"] = _peak_gib()
     return out
 
 
@@ -205,7 +238,8 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "")
 def _one_run(which: str, args: argparse.Namespace, src: str | None = None, engine: str = "hf") -> dict:
     cmd = [sys.executable, __file__, "--worker", which, "--preset", args.preset, "--threads", str(args.threads),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--async-steps", str(args.async_steps),
-           "--engines", engine, "--shape", args.shape]
+           "--engines", engine, "--shape", args.shape, "--model-dir", args.model_dir or "",
+           "--checkpointing", args.checkpointing]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if src is not None:  # another grpo-run source tree (e.g. the commit before a change)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -225,9 +259,50 @@ def _summary(run: dict, gflops: float, bf16_gflops: float) -> dict:
     return med
 
 
+def main_cuda(args: argparse.Namespace) -> int:
+    """The CUDA presets: per model size, grpo-run and TRL runs in turn, then one table."""
+    import importlib.util
+
+    if not torch.cuda.is_available():
+        raise SystemExit(f"--preset {args.preset} needs a CUDA device (torch {torch.__version__} sees none)")
+    has_trl = importlib.util.find_spec("trl") is not None
+    sizes = list(SHAPES) if args.preset == "cuda" else [args.preset.removeprefix("cuda-")]
+    med = statistics.median
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.model_dir = tmp
+            subprocess.run([sys.executable, __file__, "--worker", "save-model", "--preset", f"cuda-{size}",
+                            "--model-dir", tmp] + (["--tokenizer", args.tokenizer] if args.tokenizer else []), check=True)
+            sides = [("grpo-run", "grpo")] + ([("TRL", "trl")] if has_trl else [])
+            runs: dict[str, list[dict]] = {label: [] for label, _ in sides}
+            for _ in range(args.pairs):
+                for label, worker in sides:
+                    runs[label].append(_one_run(worker, args, engine="hf"))
+        print(f"\nSmolLM2-{size} shape (random init), {args.shape or CUDA_SHAPE} (prompts, samples, new tokens), "
+              f"bf16 autocast, checkpointing {args.checkpointing}, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+              f"{args.pairs} run(s) per side, {args.steps - args.warmup} timed steps each (medians)")
+        print("| run | s/step | generation s | learner s | learner TFLOP/s | peak GiB |")
+        print("|---|---|---|---|---|---|")
+        for label, _ in sides:
+            rows = runs[label]
+            step = med(med(r["step_s"]) for r in rows)
+            gen = med(med(r["generation_s"]) for r in rows)
+            learner = med(med(r["learner_s"]) for r in rows)
+            tflops = med(6 * r["weights"] * med(r["tokens"]) / med(r["learner_s"]) / 1e12 for r in rows)
+            peak = max(r["peak_gib"] for r in rows)
+            print(f"| {label} | {step:.2f} | {gen:.2f} | {learner:.2f} | {tflops:.0f} | {peak:.1f} |")
+        if not has_trl:
+            print("(TRL is not installed here: its side is left out)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=["bench-small", "embedded", "smollm2"], default="bench-small")
+    parser.add_argument("--preset", choices=["bench-small", "embedded", "smollm2", "cuda", "cuda-360m", "cuda-1.7b"],
+                        default="bench-small")
+    parser.add_argument("--checkpointing", choices=["on", "off"], default="on", help="CUDA presets: both sides")
+    parser.add_argument("--tokenizer", help="CUDA presets: a directory with SmolLM2's tokenizer")
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
@@ -237,15 +312,22 @@ def main() -> int:
     parser.add_argument("--engines", default="hf", help="grpo-run's engines, comma-separated: hf, vllm")
     parser.add_argument("--shape", default="", help="PROMPTS,SAMPLES,NEW_TOKENS instead of the preset's batch")
     parser.add_argument("--baseline-src", help="also run grpo-run from this src/ directory (a 'before' column)")
-    parser.add_argument("--worker", choices=["grpo", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["grpo", "trl", "save-model"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    checkpointing = args.checkpointing == "on"
+    if args.worker == "save-model":  # in a process of its own: the GPU is free again afterwards
+        save_random_model(args.preset.removeprefix("cuda-"), tokenizer_dir(args.tokenizer), Path(args.model_dir))
+        return 0
     if args.worker:
         if args.worker == "grpo":
-            run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps, args.engines, args.shape)
+            run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps, args.engines,
+                           args.shape, args.model_dir, checkpointing)
         else:
-            run = run_trl(args.preset, args.threads, args.steps, args.warmup, args.shape)
+            run = run_trl(args.preset, args.threads, args.steps, args.warmup, args.shape, args.model_dir, checkpointing)
         print(json.dumps(run))
         return 0
+    if args.preset.startswith("cuda"):
+        return main_cuda(args)
 
     engines = args.engines.split(",")
     contenders = [(f"grpo-run ({e})" if len(engines) > 1 else "grpo-run", "grpo", None, e) for e in engines]
