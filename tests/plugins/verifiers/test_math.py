@@ -252,7 +252,6 @@ RESTATED = [
     ("8 - 2 =", "6"),
     ("36 - 38 =", "-2"),
     ("The final answer is 73 - 37.", "36"),
-    ("The final answer is 73 - 37 = 2.", "36"),  # math-verify's anchor takes "73 - 37", not the 2
     ("$3 \\times 4$", "12"),
     ("\\boxed{2^{10}}", "1024"),
     ("\\boxed{5 - -1}", "6"),
@@ -265,6 +264,16 @@ def test_arithmetic_left_to_do_is_not_an_answer_to_a_number(verifier: MathVerifi
     assert verifier.score(completion, gold, ROW) == VerifierResult(score=0.0, metrics={"answer_found": 1.0})
     lenient = MathVerifier(MathVerifierConfig(cache_size=0, allow_expressions=True))
     assert lenient.score(completion, gold, ROW).score == 1.0  # what math-verify alone says
+
+
+def test_a_final_answer_line_is_read_whole(verifier: MathVerifier) -> None:
+    # math-verify's anchor takes "73 - 37" (36); the line says 2, so 2 is compared, in every mode.
+    lenient = MathVerifier(MathVerifierConfig(cache_size=0, allow_expressions=True))
+    for mode in (verifier, lenient):
+        assert mode.score("The final answer is 73 - 37 = 2.", "36", ROW) == VerifierResult(
+            score=0.0, metrics={"answer_found": 1.0}
+        )
+        assert mode.score("The final answer is 73 - 37 = 36.", "36", ROW).score == 1.0
 
 
 @pytest.mark.parametrize(
