@@ -8,10 +8,10 @@ compares with a number gold: the whole answer, or for an equation or a chain (``
 54``, ``x = 12 - 5 = 7``) the right-hand side of the last ``=``.
 
 Values, not arithmetic: a number, a sign, a fraction (``1/2``; LaTeX fractions of numbers arrive
-evaluated), a percentage, scientific notation (``d \\times 10^{k}``, ``10^{k}``), a mixed number, a
+evaluated), a percentage, scientific notation (``d \\times 10^{k}``, 1 <= |d| < 10), a mixed number, a
 root or function of a number (``\\sqrt{4}``), and what math-verify strips before it parses (degrees,
-units, thousands separators). Arithmetic: a sum or difference, a product, a power other than
-``10^{k}``, and ``\\div`` (which latex2sympy evaluates as it parses, so it is read from the text).
+units, thousands separators). Arithmetic: a sum or difference, a product, a power (``10^{6}``
+too), and ``\\div`` (which latex2sympy evaluates as it parses, so it is read from the text).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _unevaluated(expr: Any) -> bool:
         return False
     if isinstance(expr, (sympy.Add, sympy.Mul)):
         return True
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
-        return True  # 2^{10}; a root (a fractional exponent) is a value of its base
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Number and not _is_root(expr):
+        return True  # 2^{10}
     return any(_unevaluated(arg) for arg in expr.args)  # sets, tuples, intervals, roots, functions
 
 
@@ -57,23 +57,30 @@ def _is_value(expr: sympy.Basic) -> bool:
     """A number as people write one: signed, a fraction, a percentage, scientific notation."""
     if expr.is_Number:
         return True
-    if isinstance(expr, sympy.Pow):
-        return _is_power_of_ten(expr)
     if not isinstance(expr, sympy.Mul):
         return False
     factors = list(expr.args)
     if sympy.S.NegativeOne in factors:
         factors.remove(sympy.S.NegativeOne)  # a sign
+    if len(factors) == 1:
+        return factors[0].is_Number or _is_reciprocal(factors[0])  # -6; -1/2 in plain text
     numbers = [f for f in factors if f.is_Number]
     others = [f for f in factors if not f.is_Number]
-    if len(factors) == 1:
-        return _is_value(factors[0])
     if len(numbers) != 1 or len(others) != 1:
         return False
-    (other,) = others
-    if other == _PERCENT or _is_power_of_ten(other):
-        return True  # 12.5\%, 2.5 \times 10^{4}
-    return isinstance(other, sympy.Pow) and other.exp == -1 and other.base.is_Number  # 84/2 in plain text
+    (number,), (other,) = numbers, others
+    if other == _PERCENT or _is_reciprocal(other):
+        return True  # 12.5\%; 84/2 in plain text
+    return _is_power_of_ten(other) and 1 <= abs(number) < 10  # 2.5 \times 10^{4}
+
+
+def _is_root(expr: sympy.Pow) -> bool:
+    """``\\sqrt{4}``, ``\\sqrt[3]{8}``: a value of its base (a rational exponent that is no integer)."""
+    return bool(expr.exp.is_Rational and not expr.exp.is_Integer)
+
+
+def _is_reciprocal(expr: sympy.Basic) -> bool:
+    return isinstance(expr, sympy.Pow) and expr.exp == -1 and expr.base.is_Number
 
 
 def _is_power_of_ten(expr: sympy.Basic) -> bool:

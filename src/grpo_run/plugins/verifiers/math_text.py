@@ -6,9 +6,10 @@ math-verify's own extraction cannot see the difference):
 * **Mixed numbers.** math-verify reads ``2 1/2`` as 2 * 1/2 = 1 in text and as 3/2 in LaTeX; it
   is rewritten ``5/2`` (2.5) before parsing. ``2\\frac{1}{2}`` already parses as 5/2.
 * **A final answer line in bare LaTeX.** math-verify reads LaTeX only between delimiters or in a
-  box, so in ``The answer is 2\\pi.`` or ``#### (1, 2]`` it finds only a number (2). When the last
-  line of a completion is such an answer line and math-verify read only part of it, the answer is
-  the line's answer read as LaTeX (``$2\\pi$``). A line with words in it is left to math-verify.
+  box, so in ``The answer is 2\\pi.`` or ``#### (1, 2]`` it finds only a number (2), and in ``The
+  answer is 77/63.`` it reads the full stop as a decimal point (77/63.0). When the last line of a
+  completion is such an answer line and math-verify read other than its answer, the answer is the
+  line's answer read as LaTeX (``$2\\pi$``). A line with words in it is left to math-verify.
 * **Hedges.** In ``The answer is 12 or 13.`` math-verify takes 12, in ``either 12 or 13`` 13. When
   the number math-verify extracted is one of several joined by "or", the answer is all of them, a
   set, as with boxes joined by "or" (rule 2): no answer to a one-part question.
@@ -77,8 +78,8 @@ def bare_latex_answer(text: str, extracted: str) -> str | None:
     answer = match.group("answer").strip(" \t*:").rstrip(" \t.")
     if not answer or _DELIMITED.search(answer) or _WORD.search(answer):
         return None
-    if extracted.strip().rstrip(".").strip() == answer:
-        return None  # math-verify read the whole answer
+    if extracted.strip() == answer:
+        return None  # math-verify read the whole answer (and no more: "77/63." is 77/63.0)
     return "$" + re.sub(r"(?<!\\)%", r"\\%", answer) + "$"  # a bare % starts a LaTeX comment
 
 
