@@ -14,27 +14,15 @@ otherwise takes the last number or LaTeX expression, so ``"19"`` and ``"I think 
 When the completion has an ``<answer>...</answer>`` block (R1 format), only the last such block
 is searched. Strict mode only accepts boxed answers (the last run of boxes, below).
 
-Which answer counts when a completion has several (docs/verifiers.md): math-verify merges every
-``\\boxed{}`` (and ``\\fbox{}``) of a text into one set, so a completion that corrects itself
-(``\\boxed{10} ... so \\boxed{12}``) would match neither 10 nor 12. Here the answer is the *last
-run of boxes*: boxes joined only by separators (spaces, ``,`` ``;`` ``&`` ``$``, LaTeX spacing,
-``and`` / ``or``, ``\\text{and}``) are one answer with several parts (``\\boxed{1}, \\boxed{2}``
-is the set {1, 2}); any other text between two boxes starts a new answer, and the last one
-counts. When that answer is wrong and the gold is a set of several parts, every box of the text
-together is tried as well (``\\boxed{(3, 3)} for part (a) and \\boxed{(1, 1)}``): it is right only
-when the union of the boxes is exactly the gold set, so hedging with extra boxes still fails. In
-non-strict mode a final-answer sentence after the last box (Minerva's ``Final Answer: The final
-answer is $10,455$.``) counts instead of any box. A last box that is cut off (unbalanced braces)
-is no answer.
+The rules, numbered as in docs/verifiers.md, each in the module that applies it:
 
-An answer that still has arithmetic to do is no answer when the gold is a number: math-verify
-evaluates what it extracts, so ``"8 - 2 ="`` (the question restated) or ``"The final answer is
-73 - 37."`` would equal 6 and 36. A policy learns exactly that: SmolLM2-135M, trained on
-``chain_sum`` with such a verifier, went from answering to restating the sum in 15 steps
-(docs/real-model.md). So when the gold parses to a plain number, an extracted answer with a
-binary operator between two numbers (``+ - * ^ \\times \\cdot \\div``) scores 0 (it is still
-"found"); a sign, a fraction (``1/2``, ``\\frac{1}{2}``), a decimal or a percentage is a value.
-``allow_expressions = true`` restores math-verify's own verdict.
+* which box is the answer (rules 2-4): ``math_boxes`` -- the last run of boxes, every box for a
+  several-part gold, and a final-answer sentence after the last box (here);
+* answers without a box (rules 7-9): ``math_text`` -- mixed numbers, hedges, a final answer line
+  in bare LaTeX;
+* arithmetic left to do (rule 6): ``math_arithmetic`` -- when the gold is a plain number, an answer
+  whose compared part (the last right-hand side of an equation or chain) is still a sum, product,
+  power or ``\\div`` scores 0 (it is still "found"). ``allow_expressions = true`` turns it off.
 """
 
 from __future__ import annotations
