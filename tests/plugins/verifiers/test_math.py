@@ -150,7 +150,8 @@ def test_strict_mode_reads_only_boxes(strict: MathVerifier) -> None:
 @pytest.mark.parametrize(
     "completion",
     ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN",
-     "\\boxed{1}" + " " * 50000 + "\\text{" + " " * 50000 + "x \\boxed{2}"],  # separators: no quadratic backtracking
+     "\\boxed{1}" + " " * 50000 + "\\text{" + " " * 50000 + "x \\boxed{2}",  # separators: no quadratic backtracking
+     "1, " * 20000 + "2", "1 or " * 20000 + "2", "The answer is " + " " * 50000 + "x"],  # hedges, answer lines: neither
 )
 def test_garbage_never_raises_and_scores_zero(verifier: MathVerifier, strict: MathVerifier, completion: str) -> None:
     assert verifier.score(completion, "19", ROW).score == 0.0
@@ -357,6 +358,7 @@ def test_mixed_numbers(verifier: MathVerifier, completion: str, gold: str, score
         ("The answer is 12 or 13.", "12", 0.0),  # math-verify: 1 (the anchored first number)
         ("It is $12$ or $13$.", "13", 0.0),
         ("11, 12, or 13", "13", 0.0),
+        ("1 or 1 or 2", "2", 0.0),
         ("x is 12 or 13", "12, 13", 1.0),  # the set is the answer
         ("I first thought 12 or 13, but it is 12.", "12", 1.0),  # the answer is not in the hedge
     ],

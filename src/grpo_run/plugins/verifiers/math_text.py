@@ -35,11 +35,13 @@ _WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 
 _NUMBER = r"\$?[-+]?\d+(?:\.\d+)?(?:/\d+)?(?:\\?%)?\$?"
 """A number as a hedge lists it (no thousands separator: a comma separates alternatives)."""
-_HEDGE = re.compile(
-    rf"(?:{_NUMBER}\s*,\s*)*{_NUMBER}\s*(?:,\s*)?(?:\bor\b|\\text\{{\s*or\s*\}})\s*{_NUMBER}", re.IGNORECASE
-)
-"""Numbers joined by "or": ``12 or 13``, ``$12$ or $13$``, ``11, 12, or 13``."""
+_OR = r"(?:\bor\b|\\text\{\s*or\s*\})"
+_HEDGE = re.compile(rf"{_NUMBER}(?:\s*(?:,\s*(?:{_OR}\s*)?|{_OR}\s*){_NUMBER})+", re.IGNORECASE)
+"""A list of numbers (``12 or 13``, ``$12$ or $13$``, ``11, 12, or 13``); a hedge when "or" is in it."""
+_HAS_OR = re.compile(_OR, re.IGNORECASE)
 _HEDGE_PART = re.compile(_NUMBER)
+_HEDGE_WINDOW = 160
+"""Characters read on each side of the extracted number when looking for its hedge."""
 
 
 def read_unboxed(text: str) -> list[Any]:
@@ -90,11 +92,15 @@ def hedge_parts(text: str, extracted: str) -> list[str] | None:
     if not _HEDGE_PART.fullmatch(number):
         return None
     last = None
-    for match in re.finditer(rf"(?<![\d.]){re.escape(number)}(?![\d.]\d)", text):
-        last = match
+    for last in re.finditer(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", text):
+        pass
     if last is None:
         return None
-    for hedge in _HEDGE.finditer(text):
-        if hedge.start() <= last.start() and last.end() <= hedge.end():
+    # Only the text around it: the pattern backtracks over a list, so a long text would cost O(n^2).
+    offset = max(0, last.start() - _HEDGE_WINDOW)
+    window = text[offset : last.end() + _HEDGE_WINDOW]
+    for hedge in _HEDGE.finditer(window):
+        inside = hedge.start() + offset <= last.start() and last.end() <= hedge.end() + offset
+        if inside and _HAS_OR.search(hedge.group(0)):
             return [part.strip("$") for part in _HEDGE_PART.findall(hedge.group(0))]
     return None
