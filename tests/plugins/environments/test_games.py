@@ -71,8 +71,9 @@ def test_guess_a_digit_options_fit_the_char_model(tokenizer):
 @pytest.mark.slow  # 30-48 s on 2 cores: 40 steps of 16 x 8 games, five greedy evals of 40 games
 def test_the_guess_a_digit_example_needs_fewer_turns_after_training(tmp_path):
     """Greedy games on held-out seeds: the shipped model plays 4, 3, 4, ... (about 3.45 turns,
-    found 0.28); after 40 steps it needs fewer turns and finds the secret more often. Runs are not
-    reproducible from one to the next (the first steps agree, later ones drift; docs/environments.md):
+    found 0.28); after 40 steps it needs fewer turns and finds the secret more often. At the default
+    thread count runs are not reproducible from one to the next (torch's intra-op threads; with one
+    they are: tests/core/loop/test_determinism.py; docs/environments.md):
     seven runs of seed 1 ended at 2.8-3.0 turns and found 0.43-0.63, so the margins sit below the
     smallest gain seen (0.45 turns), not at a lucky run's."""
     out = tmp_path / "run"

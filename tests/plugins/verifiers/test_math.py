@@ -150,7 +150,8 @@ def test_strict_mode_reads_only_boxes(strict: MathVerifier) -> None:
 @pytest.mark.parametrize(
     "completion",
     ["", "abc", "9" * 5000, "1" * 20000, "\\boxed{", "\\boxed{}", "$$$", "}{", "\x00\x01", "1/0", "\\frac{1}{0}", "NaN",
-     "\\boxed{1}" + " " * 50000 + "\\text{" + " " * 50000 + "x \\boxed{2}"],  # separators: no quadratic backtracking
+     "\\boxed{1}" + " " * 50000 + "\\text{" + " " * 50000 + "x \\boxed{2}",  # separators: no quadratic backtracking
+     "1, " * 20000 + "2", "1 or " * 20000 + "2", "The answer is " + " " * 50000 + "x"],  # hedges, answer lines: neither
 )
 def test_garbage_never_raises_and_scores_zero(verifier: MathVerifier, strict: MathVerifier, completion: str) -> None:
     assert verifier.score(completion, "19", ROW).score == 0.0
@@ -252,7 +253,6 @@ RESTATED = [
     ("8 - 2 =", "6"),
     ("36 - 38 =", "-2"),
     ("The final answer is 73 - 37.", "36"),
-    ("The final answer is 73 - 37 = 2.", "36"),  # math-verify's anchor takes "73 - 37", not the 2
     ("$3 \\times 4$", "12"),
     ("\\boxed{2^{10}}", "1024"),
     ("\\boxed{5 - -1}", "6"),
@@ -265,6 +265,16 @@ def test_arithmetic_left_to_do_is_not_an_answer_to_a_number(verifier: MathVerifi
     assert verifier.score(completion, gold, ROW) == VerifierResult(score=0.0, metrics={"answer_found": 1.0})
     lenient = MathVerifier(MathVerifierConfig(cache_size=0, allow_expressions=True))
     assert lenient.score(completion, gold, ROW).score == 1.0  # what math-verify alone says
+
+
+def test_a_final_answer_line_is_read_whole(verifier: MathVerifier) -> None:
+    # math-verify's anchor takes "73 - 37" (36); the line says 2, so 2 is compared, in every mode.
+    lenient = MathVerifier(MathVerifierConfig(cache_size=0, allow_expressions=True))
+    for mode in (verifier, lenient):
+        assert mode.score("The final answer is 73 - 37 = 2.", "36", ROW) == VerifierResult(
+            score=0.0, metrics={"answer_found": 1.0}
+        )
+        assert mode.score("The final answer is 73 - 37 = 36.", "36", ROW).score == 1.0
 
 
 @pytest.mark.parametrize(
@@ -283,3 +293,91 @@ def test_arithmetic_left_to_do_is_not_an_answer_to_a_number(verifier: MathVerifi
 )
 def test_values_and_expression_golds_still_score(verifier: MathVerifier, completion: str, gold: str) -> None:
     assert verifier.score(completion, gold, ROW).score == 1.0
+
+
+# Issue 31: right answers that the first version of rule 6 refused (it read the whole extracted
+# text for an operator). Plain math-verify credits every one.
+ISSUE_31 = [
+    ("Multiplying, $9 \\times 6 = 54$.", "54"),  # the last right-hand side is compared
+    ("\\boxed{12 - 5 = 7}", "7"),
+    ("\\boxed{x = 12 - 5 = 7}", "7"),  # a chain
+    ("The angle is \\boxed{45^{\\circ}}.", "45"),  # degrees are a unit
+    ("That is $2.5 \\times 10^{4}$ people.", "25000"),  # scientific notation
+    ("$-3 \\times 10^{-2}$", "-0.03"),
+    ("\\boxed{3^{5}}", "3^{5}"),  # the gold is itself an expression
+    ("\\boxed{12.5\\%}", "12.5\\%"),
+    ("\\boxed{6 \\, \\text{m}^{2}}", "6"),  # a unit, even with an exponent
+]
+
+
+@pytest.mark.parametrize(("completion", "gold"), ISSUE_31)
+def test_values_after_working_or_with_units_score_one(verifier: MathVerifier, completion: str, gold: str) -> None:
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=1.0, metrics={"answer_found": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("\\boxed{7 = 12 - 5}", "7"),  # math-verify compares the right-hand side, 12 - 5
+        ("$84 \\div 2$", "42"),  # the LaTeX parser evaluates \\div: read from the text
+        ("Answer \\( (9+1) \\)", "$10$"),  # math-verify's test_latex_notation[4]; parentheses are no exception
+        ("\\boxed{(40+2)}", "42"),
+        ("$10^{3}$", "1000"),  # a power; scientific notation needs 1 <= |d| < 10
+        ("$25 \\times 10^{3}$", "25000"),
+        ("\\boxed{\\sqrt{2+2}}", "2"),  # arithmetic under a root
+        ("\\boxed{\\{40+2\\}}", "42"),  # ... or in a set
+    ],
+)
+def test_arithmetic_in_the_compared_part_scores_zero(verifier: MathVerifier, completion: str, gold: str) -> None:
+    assert verifier.score(completion, gold, ROW) == VerifierResult(score=0.0, metrics={"answer_found": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "score"),
+    [
+        ("2 1/2", "2.5", 1.0),  # math-verify: 2 * 1/2 = 1
+        ("2 1/2", "1", 0.0),
+        ("\\boxed{2 1/2}", "5/2", 1.0),  # math-verify's LaTeX: 3/2
+        ("The answer is -2 1/2.", "-2.5", 1.0),
+        ("$2\\frac{1}{2}$", "2.5", 1.0),
+        ("3", "2 1/2", 0.0),  # a mixed-number gold is 5/2 too
+        ("\\boxed{5/2}", "2 1/2", 1.0),
+        ("2 3/2", "3.5", 0.0),  # not a mixed number (improper): 2 * 3/2 = 3, as math-verify reads it
+        ("1 2/3 of 6 is 10", "10", 1.0),
+    ],
+)
+def test_mixed_numbers(verifier: MathVerifier, completion: str, gold: str, score: float) -> None:
+    assert verifier.score(completion, gold, ROW).score == score
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "score"),
+    [
+        ("either 12 or 13", "12", 0.0),
+        ("either 12 or 13", "13", 0.0),  # math-verify: 1 (the last number)
+        ("The answer is 12 or 13.", "12", 0.0),  # math-verify: 1 (the anchored first number)
+        ("It is $12$ or $13$.", "13", 0.0),
+        ("11, 12, or 13", "13", 0.0),
+        ("1 or 1 or 2", "2", 0.0),
+        ("x is 12 or 13", "12, 13", 1.0),  # the set is the answer
+        ("I first thought 12 or 13, but it is 12.", "12", 1.0),  # the answer is not in the hedge
+    ],
+)
+def test_hedges_are_no_answer(verifier: MathVerifier, completion: str, gold: str, score: float) -> None:
+    assert verifier.score(completion, gold, ROW).score == score
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "score"),
+    [
+        ("The answer is 2\\pi.", "2\\pi", 1.0),  # math-verify reads 2
+        ("The answer is 2\\pi.", "2", 0.0),
+        ("#### (1, 2]", "(1, 2]", 1.0),
+        ("Final answer: x^2 + 1", "x^2+1", 1.0),
+        ("The answer is 77/63.", "11/9", 1.0),  # math-verify reads 77/63.0
+        ("The answer is 19 apples.", "19", 1.0),  # words: left to math-verify
+        ("The answer is 2\\pi.\nLet me check: 2 * 3.14 = 6.28.", "2", 1.0),  # not the last line: math-verify reads 2
+    ],
+)
+def test_a_final_answer_line_in_bare_latex(verifier: MathVerifier, completion: str, gold: str, score: float) -> None:
+    assert verifier.score(completion, gold, ROW).score == score

@@ -14,27 +14,15 @@ otherwise takes the last number or LaTeX expression, so ``"19"`` and ``"I think 
 When the completion has an ``<answer>...</answer>`` block (R1 format), only the last such block
 is searched. Strict mode only accepts boxed answers (the last run of boxes, below).
 
-Which answer counts when a completion has several (docs/verifiers.md): math-verify merges every
-``\\boxed{}`` (and ``\\fbox{}``) of a text into one set, so a completion that corrects itself
-(``\\boxed{10} ... so \\boxed{12}``) would match neither 10 nor 12. Here the answer is the *last
-run of boxes*: boxes joined only by separators (spaces, ``,`` ``;`` ``&`` ``$``, LaTeX spacing,
-``and`` / ``or``, ``\\text{and}``) are one answer with several parts (``\\boxed{1}, \\boxed{2}``
-is the set {1, 2}); any other text between two boxes starts a new answer, and the last one
-counts. When that answer is wrong and the gold is a set of several parts, every box of the text
-together is tried as well (``\\boxed{(3, 3)} for part (a) and \\boxed{(1, 1)}``): it is right only
-when the union of the boxes is exactly the gold set, so hedging with extra boxes still fails. In
-non-strict mode a final-answer sentence after the last box (Minerva's ``Final Answer: The final
-answer is $10,455$.``) counts instead of any box. A last box that is cut off (unbalanced braces)
-is no answer.
+The rules, numbered as in docs/verifiers.md, each in the module that applies it:
 
-An answer that still has arithmetic to do is no answer when the gold is a number: math-verify
-evaluates what it extracts, so ``"8 - 2 ="`` (the question restated) or ``"The final answer is
-73 - 37."`` would equal 6 and 36. A policy learns exactly that: SmolLM2-135M, trained on
-``chain_sum`` with such a verifier, went from answering to restating the sum in 15 steps
-(docs/real-model.md). So when the gold parses to a plain number, an extracted answer with a
-binary operator between two numbers (``+ - * ^ \\times \\cdot \\div``) scores 0 (it is still
-"found"); a sign, a fraction (``1/2``, ``\\frac{1}{2}``), a decimal or a percentage is a value.
-``allow_expressions = true`` restores math-verify's own verdict.
+* which box is the answer (rules 2-4): ``math_boxes`` -- the last run of boxes, every box for a
+  several-part gold, and a final-answer sentence after the last box (here);
+* answers without a box (rules 7-9): ``math_text`` -- mixed numbers, hedges, a final answer line
+  in bare LaTeX;
+* arithmetic left to do (rule 6): ``math_arithmetic`` -- when the gold is a plain number, an answer
+  whose compared part (the last right-hand side of an equation or chain) is still a sum, product,
+  power or ``\\div`` scores 0 (it is still "found"). ``allow_expressions = true`` turns it off.
 """
 
 from __future__ import annotations
@@ -49,10 +37,10 @@ import attrs
 import cachetools
 
 from grpo_run import VerifierConfig, VerifierResult
+from grpo_run.plugins.verifiers.math_boxes import BOXED, box_spans, final_boxes, join_boxes, last_boxed, last_run
 
-_BOXED = "\\boxed{"
-_BOX_OPENERS = (_BOXED, "\\fbox{")
-"""What math-verify reads as a box (and merges when there are several)."""
+__all__ = ["MathVerifier", "MathVerifierConfig", "final_boxes", "last_boxed", "parse_gold"]
+
 
 
 @attrs.frozen
@@ -110,101 +98,59 @@ class MathVerifier:
         """(score, answer_found) of one completion."""
         from math_verify import parse, verify  # not at the top: sympy costs `grpo-run check` ~1 s
 
+        from grpo_run.plugins.verifiers.math_arithmetic import has_arithmetic_left
+        from grpo_run.plugins.verifiers.math_text import rewrite_mixed_numbers
+
         gold_parsed = parse_gold(gold)
-        answer = self._answer_text(completion)
-        predicted = parse(answer, parsing_timeout=None) if answer is not None else []
+        text = rewrite_mixed_numbers(completion)
+        predicted, boxes = self._answer(text)
         if not predicted:
             return 0.0, 0.0
-        if not self.config.allow_expressions and _is_plain_number(gold) and _UNEVALUATED.search(str(predicted[-1])):
+        if not self.config.allow_expressions and _is_plain_number(gold) and has_arithmetic_left(predicted):
             return 0.0, 1.0  # "8 - 2": arithmetic left to do, not a value
         correct = verify(gold_parsed, predicted, timeout_seconds=None)
         if not correct and _has_parts(gold_parsed):
-            every = self._every_box(completion)
-            if every is not None and every != answer:
+            every = self._every_box(text)
+            if every is not None and every != boxes:
                 correct = verify(gold_parsed, parse(every, parsing_timeout=None), timeout_seconds=None)
         return (1.0 if correct else 0.0), 1.0
 
-    def _every_box(self, completion: str) -> str | None:
+    def _every_box(self, text: str) -> str | None:
         """Every box of the answer text as one answer (math-verify's merge), when the answer came
         from boxes: the one-box-per-part answer whose parts prose separates."""
-        blocks = [] if self.config.strict else _ANSWER_BLOCK.findall(completion)
-        text = blocks[-1] if blocks else completion
-        spans = _box_spans(text)
+        blocks = [] if self.config.strict else _ANSWER_BLOCK.findall(text)
+        text = blocks[-1] if blocks else text
+        spans = box_spans(text)
         if not spans or (not self.config.strict and _FINAL_ANSWER.search(text, spans[-1][2])):
             return None
-        return _join_boxes(text, spans)
+        return join_boxes(text, spans)
 
-    def _answer_text(self, completion: str) -> str | None:
-        """The text to parse the answer from (see the module docstring)."""
+    def _answer(self, text: str) -> tuple[list[Any], str | None]:
+        """The parsed answer of ``text`` (see the module docstring), and the boxes it was read
+        from (None when it was not read from boxes)."""
+        from math_verify import parse
+
+        from grpo_run.plugins.verifiers.math_text import read_unboxed
+
         if self.config.strict:
-            return final_boxes(completion)
+            boxes = final_boxes(text)
+            return (parse(boxes, parsing_timeout=None) if boxes else []), boxes
         # R1-style completions: the answer block, when there is one, is the answer.
-        blocks = _ANSWER_BLOCK.findall(completion)
-        text = blocks[-1] if blocks else completion
-        spans = _box_spans(text)
+        blocks = _ANSWER_BLOCK.findall(text)
+        text = blocks[-1] if blocks else text
+        spans = box_spans(text)
         if spans is None:
-            return None
-        if not spans:
-            return text
-        tail = text[spans[-1][1] :]
-        if _FINAL_ANSWER.search(tail):
-            return tail  # a final-answer sentence after the last box
-        return _join_boxes(text, _last_run(text, spans))
+            return [], None
+        if spans and not _FINAL_ANSWER.search(text, spans[-1][1]):
+            boxes = join_boxes(text, last_run(text, spans))
+            return parse(boxes, parsing_timeout=None), boxes
+        tail = text[spans[-1][1] :] if spans else text  # a final-answer sentence after the last box
+        return read_unboxed(tail), None
 
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_UNEVALUATED = re.compile(r"[\d.)}]\s*(?:[-+*^×·÷]|\\times|\\cdot|\\div)\s*[-+]?\s*[\d.({]")
-"""A binary operator between two numbers in the text math-verify extracted (its last element)."""
-_BOX_OPENER = re.compile(r"\\(?:boxed|fbox)\{")
 _FINAL_ANSWER = re.compile(r"final answer.{0,100}?\s+is", re.IGNORECASE | re.DOTALL)
 """math-verify's own anchor for a final-answer sentence ("The final answer is $x$")."""
-_SEPARATOR = re.compile(
-    r"(?:\s|[,;&$]|\\[,;:! ]|\\q?quad\b|\\\\|\\text\{\s*(?:(?:and|or|,)\s*)?\}|\band\b|\bor\b)*",
-    re.IGNORECASE,
-)
-"""What may stand between two boxes of one answer: spaces, punctuation that lists, math
-delimiters, LaTeX spacing and line breaks, and the words "and" / "or"."""
-
-
-def _box_spans(text: str) -> list[tuple[int, int, int]] | None:
-    """``(start, content_start, end)`` of each outermost box of ``text`` with balanced braces, in
-    order; None when a box is not closed (a cut-off answer)."""
-    spans: list[tuple[int, int, int]] = []
-    position = 0
-    while (match := _BOX_OPENER.search(text, position)) is not None:
-        depth = 0
-        for i in range(match.end() - 1, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    spans.append((match.start(), match.end(), i + 1))
-                    position = i + 1
-                    break
-        else:
-            return None
-    return spans
-
-
-def _last_run(text: str, spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """The last boxes of ``spans`` that only separators join."""
-    first = len(spans) - 1
-    while first > 0 and _SEPARATOR.fullmatch(text, spans[first - 1][2], spans[first][0]):
-        first -= 1
-    return spans[first:]
-
-
-def _join_boxes(text: str, run: list[tuple[int, int, int]]) -> str:
-    """``\\boxed{a}, \\boxed{b}``: one answer of every part of ``run`` (math-verify merges them)."""
-    return ", ".join(_BOXED + text[content : end - 1] + "}" for _, content, end in run)
-
-
-def final_boxes(text: str) -> str | None:
-    """The last run of boxes of ``text`` as ``\\boxed{...}`` parts (see the module docstring);
-    None when there is no box or the last one is cut off."""
-    spans = _box_spans(text)
-    return _join_boxes(text, _last_run(text, spans)) if spans else None
 
 
 def _has_parts(gold_parsed: list[Any]) -> bool:
@@ -231,10 +177,13 @@ def parse_gold(gold: str) -> list[Any]:
     """
     from math_verify import parse
 
-    if _BOXED in gold or "$" in gold:
+    from grpo_run.plugins.verifiers.math_text import rewrite_mixed_numbers
+
+    gold = rewrite_mixed_numbers(gold)
+    if BOXED in gold or "$" in gold:
         candidates = (gold,)
     else:
-        candidates = (f"{_BOXED}{gold}}}", f"${gold}$", gold)
+        candidates = (f"{BOXED}{gold}}}", f"${gold}$", gold)
     for text in candidates:
         parsed = parse(text, parsing_timeout=None)
         if parsed:
@@ -244,34 +193,10 @@ def parse_gold(gold: str) -> list[Any]:
 
 @lru_cache(maxsize=8192)
 def _is_plain_number(gold: str) -> bool:
-    """Whether the gold parses to a single number (``19``, ``-6``, ``0.5``, ``1/2``), not an
-    expression such as ``2\\pi``, ``1 + \\sqrt{2}`` or ``x^2`` that an answer may restate."""
-    import sympy
+    """Whether the gold is a plain number (rule 6 applies), not an expression (``3^{5}``, ``2\\pi``)."""
+    from grpo_run.plugins.verifiers.math_arithmetic import is_plain_number
 
-    first = parse_gold(gold)[0]
-    if not isinstance(first, sympy.Basic) or not first.is_number:
-        return False
-    try:
-        return bool(sympy.nsimplify(first).is_Rational)
-    except (TypeError, ValueError, sympy.SympifyError):
-        return False
-
-
-def last_boxed(text: str) -> str | None:
-    """The last ``\\boxed{...}`` (or ``\\fbox{...}``) of ``text`` with balanced braces, written as
-    ``\\boxed{...}``; None when there is none or the last one is not closed."""
-    start, opener = max((text.rfind(o), o) for o in _BOX_OPENERS)
-    if start < 0:
-        return None
-    depth = 0
-    for i in range(start + len(opener) - 1, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return _BOXED + text[start + len(opener) : i + 1]
-    return None
+    return is_plain_number(parse_gold(gold)[0])
 
 
 class _DropDisabledTimeoutWarning(logging.Filter):
