@@ -219,7 +219,7 @@ class Learner:
                     normaliser,
                 )
             if part.rows:  # padding micro-batches (to match other ranks) carry nothing to measure
-                metrics.add(values, int(part.batch.completion_mask.sum()))
+                metrics.add(values, part.batch.completion_mask.sum())
         grad_norm = self.strategy.step()
         self.scheduler.step()
         out = metrics.result()
@@ -234,7 +234,7 @@ class Learner:
         old: torch.Tensor | None,
         ref: torch.Tensor | None,
         normaliser: LossNormaliser,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Forward, loss and backward of one micro-batch; its share of the mini-batch's losses."""
         alg, kl_cfg = self.spec.algorithm, self.spec.kl
         logprobs, entropy = self._forward(batch, layout)
@@ -246,14 +246,15 @@ class Learner:
             old = engine_logprobs
         elif old is None:
             old = logprobs.detach()
-        metrics: dict[str, float] = {}
+        # Tensors stay tensors until the mini-batch is done (MicroMetrics): no device sync per micro-batch.
+        metrics: dict[str, Any] = {}
         advantages = batch.advantages
         if ref is not None and kl_cfg.placement == "reward":
             penalty_kl = self.kl(old, ref)
             advantages, kl_metrics = kl_reward_advantages(advantages, penalty_kl, self.beta, mask, seq_ids, num_seqs)
             metrics.update(kl_metrics)
         out = self.loss(LossInputs(logprobs, old, advantages, mask, seq_ids, num_seqs))
-        metrics.update({f"loss/{k}": float(v) for k, v in out.metrics.items()})
+        metrics.update({f"loss/{k}": v.detach() if isinstance(v, torch.Tensor) else float(v) for k, v in out.metrics.items()})
         per_token = out.per_token_loss
         if alg.mismatch_correction != "none":
             weights, mismatch_metrics = mismatch_weights(
@@ -267,12 +268,12 @@ class Learner:
         if ref is not None and kl_cfg.placement == "loss":
             kl_loss = normaliser.reduce(self.kl(logprobs, ref), mask, seq_ids, num_seqs)
             total = total + self.beta * kl_loss
-            metrics["loss/kl"] = float(kl_loss.detach())
+            metrics["loss/kl"] = kl_loss.detach()
         self.strategy.backward(total)
-        metrics["loss/policy"] = float(policy_loss.detach())
-        metrics["loss/total"] = float(total.detach())
-        if entropy is not None:
-            metrics["policy/entropy"] = float(entropy[mask].mean()) if bool(mask.any()) else 0.0
+        metrics["loss/policy"] = policy_loss.detach()
+        metrics["loss/total"] = total.detach()
+        if entropy is not None:  # mean over loss tokens (0 with none)
+            metrics["policy/entropy"] = torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1)
         return metrics
 
     # -- checkpoints -----------------------------------------------------------------------

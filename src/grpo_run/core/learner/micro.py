@@ -14,6 +14,7 @@ them whatever the two budgets are.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -150,26 +151,26 @@ _SUMMED = ("loss/policy", "loss/total", "loss/kl")
 class MicroMetrics:
     """A mini-batch's metrics from its micro-batches': losses add up, everything else (loss
     diagnostics, entropy) is a mean weighted by loss tokens -- the mini-batch's own value for
-    per-token means."""
+    per-token means. Values and token counts may be tensors: they are read (a device sync) once,
+    in :meth:`result`, not after every micro-batch."""
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-        self.plain: dict[str, list[float]] = {}
+        self.sums: dict[str, Any] = {}
+        self.weights: dict[str, Any] = {}
+        self.plain: dict[str, list[Any]] = {}
 
-    def add(self, values: Mapping[str, float], tokens: int) -> None:
+    def add(self, values: Mapping[str, Any], tokens: Any) -> None:
         for key, value in values.items():
             if key in _SUMMED:
                 self.sums[key] = self.sums.get(key, 0.0) + value
                 continue
             self.plain.setdefault(key, []).append(value)
-            if tokens:
-                self.sums[key] = self.sums.get(key, 0.0) + value * tokens
-                self.weights[key] = self.weights.get(key, 0.0) + tokens
+            self.sums[key] = self.sums.get(key, 0.0) + value * tokens
+            self.weights[key] = self.weights.get(key, 0.0) + tokens
 
     def result(self) -> dict[str, float]:
-        out = {k: v for k, v in self.sums.items() if k in _SUMMED}
+        out = {k: float(v) for k, v in self.sums.items() if k in _SUMMED}
         for key, values in self.plain.items():
-            weight = self.weights.get(key, 0.0)
-            out[key] = self.sums[key] / weight if weight else sum(values) / len(values)
+            weight = float(self.weights[key])
+            out[key] = float(self.sums[key]) / weight if weight else float(sum(values)) / len(values)
         return out
