@@ -53,7 +53,10 @@ class EnvironmentSlot(PluginSlot):
 
 
 def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
-    """An environment needs a renderer; trained environment tokens have no engine log-probs."""
+    """A renderer needs an environment; trained environment tokens have no engine log-probs.
+
+    An environment without a ``[renderer]`` uses the model's own chat format (chosen when the run
+    is built: :mod:`grpo_run.core.loop.episode_setup`)."""
     from grpo_run.core.config.formatting import ConfigIssue  # formatting imports the schema, which imports us
 
     env = cfg.environment
@@ -62,9 +65,6 @@ def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
             return [ConfigIssue("renderer", "is only used with an [environment] table; add one or remove [renderer]")]
         return []
     issues = []
-    if cfg.renderer is None:
-        issues.append(ConfigIssue(
-            "renderer", 'an [environment] needs a [renderer] table naming the chat format, e.g. name = "chat-template"'))
     if env.max_tokens_per_turn is not None and env.max_tokens_per_turn > cfg.rollout.response_length:
         issues.append(ConfigIssue(
             "environment.max_tokens_per_turn",

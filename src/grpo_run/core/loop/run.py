@@ -159,6 +159,9 @@ def train(
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
                 library_output.take_over()  # the loggers of libraries the build imported
                 parts.scorer.show_warnings_with(progress.warning)
+                for note in parts.notes:
+                    progress.message(note)
+                    log.info("start_note", message=note)
                 if trainer_state is not None:
                     _restore(parts, trainer_state, checkpoint)
                     progress.message(f"resumed from {checkpoint} at step {start_step}")
