@@ -43,6 +43,12 @@ class EnvironmentSlot(PluginSlot):
     train_on_env_tokens: bool = attrs.field(default=False, kw_only=True)
     """Count environment messages and template scaffolding in the loss (Open Instruct's
     ``mask_tool_use = false``); off: only sampled tokens train."""
+    success_threshold: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)), kw_only=True)
+    """An episode is *solved* (``eval/accuracy``, ``reward/solve_rate``, ``stop_at_eval_accuracy``,
+    the report, ``grpo-run eval``) when its whole reward, the verifiers' score plus the
+    environment's, reaches this. Unset: where the run's verifiers can reward the row, their
+    verdict on the last turn decides, as for single-turn rows; where only the environment rewards
+    it (``scoring.row_verifiers = false``), an environment reward of at least 1.0."""
     workers: int = attrs.field(default=4, validator=positive, kw_only=True)
     """Threads that run synchronous environment code (never the event loop)."""
     advantage_granularity: Literal["trajectory", "turn"] = attrs.field(default="trajectory", kw_only=True)
