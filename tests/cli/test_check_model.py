@@ -56,3 +56,31 @@ def test_a_directory_without_a_model_and_hub_ids_and_registered_names(cfg, tmp_p
     ]
     for fine in ("Qwen/Qwen3-0.6B", "gpt2", "tiny-arithmetic"):  # hub ids are left to loading
         assert main(["check", str(cfg), "--set", f"model.name_or_path={fine}"]) == 0
+
+
+def test_a_misspelt_model_comes_with_the_other_errors_at_once(cfg, capsys) -> None:
+    # Config errors, then the model name: one run of `check` lists them all.
+    assert main(["check", str(cfg), "--set", "model.name_or_path=tiny-arithmetc", "--set", "train.total_stpes=3",
+                 "--set", "rollout.temperature=hot"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and err[0].startswith(f"error: {cfg}: ") and all(e.startswith(f"{cfg}: ") for e in err[1:])
+    text = "\n".join(err)
+    assert "train.total_stpes: unknown key (did you mean 'total_steps'?)" in text
+    assert "rollout.temperature" in text
+    assert ("model.name_or_path: 'tiny-arithmetc' is not a registered model, nor a directory "
+            "(did you mean 'tiny-arithmetic'?)") in text
+
+
+def test_a_misspelt_model_comes_with_the_datas_error(cfg, tmp_path, capsys) -> None:
+    assert main(["check", str(cfg), "--set", "model.name_or_path=tiny-arithmetc",
+                 "--set", f"data.train=[{{path = \"{tmp_path / 'missing.jsonl'}\"}}]"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"error: {cfg}: model.name_or_path: 'tiny-arithmetc' is not a registered model, nor a "
+                      "directory (did you mean 'tiny-arithmetic'?)")
+    assert len(err) == 2 and err[1].startswith(f"{cfg}: data: ") and "missing.jsonl" in err[1]
+
+
+def test_a_wrongly_typed_model_name_is_reported_once(cfg, capsys) -> None:
+    assert main(["check", str(cfg), "--set", "model.name_or_path=3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "model.name_or_path" in err[0]

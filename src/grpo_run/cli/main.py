@@ -164,10 +164,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_score_command(args, host)
     if args.command == "eval":
         return run_eval_command(args, host)
-    from grpo_run.core.config import load_config
-
-    cfg = load_config(args.config, host.registry, args.overrides)
-    _check_model(cfg, host, args.config)
+    cfg = _load_checked(args, host)
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary
 
@@ -189,14 +186,34 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_model(cfg, host, source: str) -> None:
-    """The model checks that need no weights (device, model directory), for check and train alike."""
-    from grpo_run.core.config.formatting import ConfigError
-    from grpo_run.core.loop.preflight import check_model
+def _load_checked(args: argparse.Namespace, host):
+    """The validated config, after the model checks that need no weights (device, model
+    directory), for check and train alike. Every problem at once: a config that fails validation
+    also gets its model checked from its tables, and ``check`` adds the data's first error to the
+    model's."""
+    from grpo_run.cli.data_check import check_data
+    from grpo_run.core.config import load_config
+    from grpo_run.core.config.formatting import ConfigError, ConfigIssue
+    from grpo_run.core.config.loading import apply_overrides, read_toml
+    from grpo_run.core.loop.preflight import check_model, raw_model_issues
 
+    try:
+        cfg = load_config(args.config, host.registry, args.overrides)
+    except ConfigError as err:
+        try:
+            data = apply_overrides(read_toml(Path(args.config), args.config), args.overrides)
+        except ConfigError:  # the file or an override is unreadable: that error is the whole story
+            raise err from None
+        raise ConfigError(err.source, err.issues + raw_model_issues(data, host.registry, err.issues)) from None
     issues = check_model(cfg, host.registry)
     if issues:
-        raise ConfigError(source, issues)
+        if args.command == "check":
+            try:
+                check_data(cfg, host.registry)
+            except UserError as exc:
+                issues.append(ConfigIssue("data", str(exc)))
+        raise ConfigError(args.config, issues)
+    return cfg
 
 
 def _print_plugins(host) -> int:

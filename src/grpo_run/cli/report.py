@@ -28,6 +28,8 @@ figure img{width:100%;height:auto;display:block}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:12px}
 .missing{color:#777;font-size:13px}
+.turn{border-left:3px solid #ccc;padding-left:6px;margin:2px 0}.turn.assistant{border-color:#4a8}
+.role{font-size:11px;color:#666}
 """
 
 
@@ -111,7 +113,8 @@ def _samples(run_dir: Path) -> str:
         step, path = list(evals.items())[-1]
         greedy = [r for r in read_jsonl(path) if r.get("greedy")]
         failed = [r for r in greedy if not r.get("solved")]
-        parts.append(f"<h3>Evaluation after step {step}: {len(failed)} of {len(greedy)} greedy answers wrong</h3>"
+        what = "greedy episodes unsolved" if any(r.get("turns") for r in greedy) else "greedy answers wrong"
+        parts.append(f"<h3>Evaluation after step {step}: {len(failed)} of {len(greedy)} {what}</h3>"
                      + _table(failed[:SAMPLES] or greedy[:SAMPLES]))
     return "\n".join(parts)
 
@@ -126,6 +129,21 @@ def _one_per_prompt(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
     return out[:SAMPLES]
 
 
+def _completion(record: Mapping[str, Any]) -> str:
+    """The completion cell: the text, or an episode's turns one per line with their role and
+    whether they trained (sampled ids) or were masked (environment text, template scaffolding)."""
+    e = html.escape
+    turns = record.get("turns")
+    if not turns:
+        return f"<pre>{e(str(record.get('completion', '')))}</pre>"
+    lines = []
+    for span in turns:
+        mask = "trained" if span.get("trained") else "masked"
+        lines.append(f"<div class='turn {e(str(span.get('role', '')))}'><span class='role'>"
+                     f"{e(str(span.get('role', '')))} · {mask}</span><pre>{e(str(span.get('text', '')))}</pre></div>")
+    return "".join(lines)
+
+
 def _table(records: Sequence[Mapping[str, Any]]) -> str:
     e = html.escape
     columns = ("prompt", "completion", "ground truth", "reward", "scores", "advantage", "finish")
@@ -134,7 +152,7 @@ def _table(records: Sequence[Mapping[str, Any]]) -> str:
     for r in records:
         adv = r.get("advantage")
         rows.append(
-            f"<tr><td><pre>{e(str(r.get('prompt', '')))}</pre></td><td><pre>{e(str(r.get('completion', '')))}</pre></td>"
+            f"<tr><td><pre>{e(str(r.get('prompt', '')))}</pre></td><td>{_completion(r)}</td>"
             f"<td>{e(str(r.get('ground_truth')))}</td><td>{float(r.get('reward', 0.0)):.3f}</td>"
             f"<td>{e(', '.join(f'{k}={v:.3g}' for k, v in (r.get('scores') or {}).items()))}</td>"
             f"<td>{'' if adv is None else f'{adv:+.3f}'}{' (filtered)' if r.get('filtered') else ''}</td>"

@@ -135,3 +135,56 @@ def test_a_checkpoint_step_carries_the_rollout_state_from_before_the_next_draw()
     # Every step carries the state from before the next batch was drawn -- an interrupt may need
     # it after any step -- including the draws of batches already in flight (async_steps = 2).
     assert states == {1: {"sampler": {"next": 1}}, 2: {"sampler": {"next": 2}}, 3: {"sampler": {"next": 3}}, 4: None}
+
+
+class SlowEvaluator:
+    """Evaluation at step 0 is quick; later ones take ``slow_s`` (an eval longer than the limit)."""
+
+    def __init__(self, slow_s: float) -> None:
+        self.slow_s = slow_s
+        self.started: list[int] = []
+
+    async def evaluate(self, step: int) -> dict[str, float]:
+        self.started.append(step)
+        await asyncio.sleep(self.slow_s if step else 0.0)
+        return {"eval/accuracy": 0.0}
+
+
+class StalledProducer(FakeProducer):
+    """Batch ``stall_at`` never finishes generating (a limit must not wait for it)."""
+
+    stall_at = 3
+
+    async def produce(self, index: int) -> RolloutBatch:
+        if index == self.stall_at:
+            self.drawn += 1
+            await asyncio.sleep(3600)
+        return await super().produce(index)
+
+
+def test_the_time_limit_cuts_an_evaluation_in_progress() -> None:
+    engine = FakeEngine()
+    producer, learner, recorder, evaluator = FakeProducer(engine), FakeLearner(), Recorder(), SlowEvaluator(60.0)
+    loop = TrainingLoop(LoopParts(producer, learner, engine, evaluator),
+                        LoopSettings(total_steps=50, local_eval_every=2, max_runtime_s=2.0), [recorder])
+    started = time.perf_counter()
+    state = asyncio.run(loop.run())
+    # Without the cut the step-2 evaluation alone would take 60 s.
+    assert time.perf_counter() - started < 10.0
+    assert evaluator.started == [0, 2] and state.version == 2 and learner.steps == 2
+    assert state.stop_reason == "train.max_runtime_s=2.0 reached" and state.cut_short == ("evaluation",)
+    assert [e.step for e in recorder.events] == [0, 1, 2]  # step 2 is kept, without eval metrics
+    assert "eval/accuracy" not in recorder.events[-1].metrics
+
+
+def test_the_time_limit_abandons_a_batch_being_generated_and_keeps_its_draw_for_a_resume() -> None:
+    engine = FakeEngine()
+    producer, learner, recorder = StalledProducer(engine), FakeLearner(), Recorder()
+    loop = TrainingLoop(LoopParts(producer, learner, engine),
+                        LoopSettings(total_steps=50, max_runtime_s=1.0), [recorder])
+    started = time.perf_counter()
+    state = asyncio.run(loop.run())
+    assert time.perf_counter() - started < 10.0
+    assert state.version == learner.steps == 2 and [e.step for e in recorder.events] == [1, 2]
+    assert state.cut_short == ("generation",)
+    assert loop.resume_rollout_state() == {"sampler": {"next": 2}}  # batch 3 is drawn again after a resume

@@ -238,3 +238,56 @@ def test_the_agent_example_learns_on_the_shipped_model(tmp_path, monkeypatch):
     assert evals[0][0] == 0 and evals[0][1] <= 0.2, evals
     assert evals[-1][1] >= 0.7, evals  # the agent's reward, not only the math verifier's
     assert all(r["env/error_rate"] == 0 for r in rows if "env/error_rate" in r)
+
+
+def test_environment_and_function_alone_are_a_whole_config(tmp_path, capsys, monkeypatch):
+    # No [renderer]: the shipped char model's own format (tiny-chat) is chosen, and said once; so
+    # is the rows' math verifier that also scores each episode's last turn.
+    from grpo_run.cli.main import main
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    config = tmp_path / "agent.toml"
+    text = (EXAMPLES / "agent-calculator.toml").read_text()
+    config.write_text(text[:text.index("[renderer]")] + text[text.index("[algorithm]"):])
+    assert "[renderer]" not in config.read_text()
+    argv = [str(config), "--output-dir", str(tmp_path / "out")]
+    for override in ["rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
+                     "train.total_steps=2", "optim.warmup_steps=1", "task.num_eval=8", "train.local_eval_every=2"]:
+        argv += ["--set", override]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count('renderer "tiny-chat": the chat format of the \'tiny-arithmetic\' model (no [renderer] table)') == 1
+    assert err.count("environment 'agent': each episode's last turn is also scored by the rows' verifier (math) "
+                     "against the row's ground truth, added to the environment's reward; set "
+                     "scoring.row_verifiers = false for the environment's reward alone") == 1
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["step"] == 2 and lines[-1]["env/requests"] >= 1  # the agent's calculator calls parsed
+
+
+def test_a_tokenizer_without_a_chat_template_needs_a_renderer_table():
+    from grpo_run.core.config.loading import parse_config
+    from grpo_run.core.errors import UserError
+    from grpo_run.core.loop.episode_setup import chosen_renderer
+    from grpo_run.core.plugins.host import build_plugin_host
+
+    registry = build_plugin_host().registry
+    data = {"model": {"name_or_path": "some/model"}, "task": {"name": "arithmetic"},
+            "environment": {"name": "agent", "function": "support.agent_envs:solve"},
+            "verifiers": {"math": {}}}
+    cfg = parse_config(data, registry)
+
+    class NoTemplate:
+        chat_template = None
+
+    class WithTemplate:
+        chat_template = "{{ messages }}"
+
+    with pytest.raises(UserError) as e:
+        chosen_renderer(cfg, registry, NoTemplate())
+    assert str(e.value).startswith("model.name_or_path='some/model': its tokenizer has no chat template, so the "
+                                   "[environment] needs a [renderer] table")
+    name, config, note = chosen_renderer(cfg, registry, WithTemplate())
+    assert (name, type(config).__name__, note) == (
+        "chat-template", "ChatTemplateConfig",
+        'renderer "chat-template": the model tokenizer\'s chat template (no [renderer] table)')

@@ -43,6 +43,12 @@ class EnvironmentSlot(PluginSlot):
     train_on_env_tokens: bool = attrs.field(default=False, kw_only=True)
     """Count environment messages and template scaffolding in the loss (Open Instruct's
     ``mask_tool_use = false``); off: only sampled tokens train."""
+    success_threshold: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)), kw_only=True)
+    """An episode is *solved* (``eval/accuracy``, ``reward/solve_rate``, ``stop_at_eval_accuracy``,
+    the report, ``grpo-run eval``) when its whole reward, the verifiers' score plus the
+    environment's, reaches this. Unset: where the run's verifiers can reward the row, their
+    verdict on the last turn decides, as for single-turn rows; where only the environment rewards
+    it (``scoring.row_verifiers = false``), an environment reward of at least 1.0."""
     workers: int = attrs.field(default=4, validator=positive, kw_only=True)
     """Threads that run synchronous environment code (never the event loop)."""
     advantage_granularity: Literal["trajectory", "turn"] = attrs.field(default="trajectory", kw_only=True)
@@ -53,7 +59,10 @@ class EnvironmentSlot(PluginSlot):
 
 
 def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
-    """An environment needs a renderer; trained environment tokens have no engine log-probs."""
+    """A renderer needs an environment; trained environment tokens have no engine log-probs.
+
+    An environment without a ``[renderer]`` uses the model's own chat format (chosen when the run
+    is built: :mod:`grpo_run.core.loop.episode_setup`)."""
     from grpo_run.core.config.formatting import ConfigIssue  # formatting imports the schema, which imports us
 
     env = cfg.environment
@@ -62,9 +71,6 @@ def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
             return [ConfigIssue("renderer", "is only used with an [environment] table; add one or remove [renderer]")]
         return []
     issues = []
-    if cfg.renderer is None:
-        issues.append(ConfigIssue(
-            "renderer", 'an [environment] needs a [renderer] table naming the chat format, e.g. name = "chat-template"'))
     if env.max_tokens_per_turn is not None and env.max_tokens_per_turn > cfg.rollout.response_length:
         issues.append(ConfigIssue(
             "environment.max_tokens_per_turn",

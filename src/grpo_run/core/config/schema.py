@@ -216,7 +216,10 @@ class TrainSection:
     local_eval_every: int = attrs.field(default=10, validator=non_negative)
     """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
     max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
-    """Stop (cleanly, with a final eval and save) after this many seconds; 0 = no limit."""
+    """Seconds the training loop may run, evaluations included (counted from the first
+    evaluation; loading the model is not); 0 = no limit. When it runs out, generation and
+    evaluation in progress are abandoned, a learner step in progress finishes, and the run saves
+    its checkpoint and stops (no final evaluation; the console says what was cut)."""
     stop_at_eval_accuracy: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     """Stop once ``eval/accuracy`` reaches this value; 0 = never."""
     num_threads: int = attrs.field(default=0, validator=non_negative)

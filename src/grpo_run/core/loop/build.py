@@ -16,6 +16,7 @@ from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import UserError
 from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, resolve_device
+from grpo_run.core.loop.episode_setup import chosen_renderer, row_verifier_note
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
 from grpo_run.core.loop.traces import TraceWriter
@@ -53,6 +54,8 @@ class RunParts:
     traces: TraceWriter | None = None
     """Writes ``rollouts/`` (train traces through the run's observer, eval traces by the evaluator)."""
     placement: Placement | None = None
+    notes: list[str] = attrs.Factory(list)
+    """Console lines about choices the config left open (an environment's default renderer)."""
 
     def loop_parts(self) -> LoopParts:
         return LoopParts(self.producer, self.learner, self.engine, self.evaluator)
@@ -176,7 +179,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    producer = build_producer(cfg, registry, tokenizer, sampler, engine, scorer, encoder, params)
+    notes = [note for note in (row_verifier_note(cfg, prompts.train),) if note is not None]
+    producer = build_producer(cfg, registry, tokenizer, sampler, engine, scorer, encoder, params, notes)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
@@ -188,13 +192,14 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=learner.num_parameters)
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
-                    producer, evaluator, traces, placement)
+                    producer, evaluator, traces, placement, notes)
 
 
 def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, sampler: Sampler,
                    engine: GenerationEngine, scorer: RewardScorer, encoder: PromptEncoder,
-                   params: SamplingParams) -> RolloutProducer:
-    """The single-turn producer, or with ``[environment]`` the episode producer."""
+                   params: SamplingParams, notes: list[str] | None = None) -> RolloutProducer:
+    """The single-turn producer, or with ``[environment]`` the episode producer (``notes``: as
+    :func:`build_episode_runner`'s)."""
     num_prompts = cfg.rollout.num_unique_prompts_rollout
     env = cfg.environment
     if env is None:
@@ -202,7 +207,7 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
     from grpo_run.core.rollout.episode_producer import EpisodeProducer
     from grpo_run.core.scoring.metrics import ErrorRateGuard
 
-    runner = build_episode_runner(cfg, registry, tokenizer, engine, params)
+    runner = build_episode_runner(cfg, registry, tokenizer, engine, params, notes)
     assert runner is not None
     sc = cfg.scoring
     guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
@@ -212,21 +217,24 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
 
 
 def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, engine: GenerationEngine,
-                         params: SamplingParams) -> Any:
+                         params: SamplingParams, notes: list[str] | None = None) -> Any:
     """The :class:`EpisodeRunner` of the ``[environment]`` (None without one): training's producer
-    and ``grpo-run eval`` build it the same way."""
+    and ``grpo-run eval`` build it the same way. ``notes`` hears what the console should say
+    about the choices the config left open (see :mod:`grpo_run.core.loop.episode_setup`)."""
     env = cfg.environment
     if env is None:
         return None
     from grpo_run.core.rollout.episode_runner import EpisodeRunner
 
-    assert cfg.renderer is not None  # an invariant
     tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
     try:
         environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
     except ValueError as exc:
         raise UserError(f"environment {env.name!r}: {exc}") from None
-    renderer = registry.get(RENDERER, cfg.renderer.name)(cfg.renderer.config, tokenizer)
+    renderer_name, renderer_config, note = chosen_renderer(cfg, registry, tokenizer)
+    if note is not None and notes is not None:
+        notes.append(note)
+    renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
     return EpisodeRunner(environment, renderer, engine, env, params)
 
 

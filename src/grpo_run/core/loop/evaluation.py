@@ -16,7 +16,8 @@ from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
 from grpo_run.core.rollout.seeds import eval_seed
 from grpo_run.core.rollout.episode_producer import episode_metrics
 from grpo_run.core.rollout.episode_runner import EpisodeRunner
-from grpo_run.core.rollout.episodes import Episode, derive_seed, failed_episode
+from grpo_run.core.rollout.episodes import Episode, derive_seed, episode_solved, failed_episode, success_bar
+from grpo_run.core.scoring.results import ScoredCompletion
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 
@@ -68,8 +69,8 @@ class Evaluator:
         """The run's seed: the sampled evaluation after step ``k`` is seeded from it and ``k``."""
         self.episodes = episodes
         """With an ``[environment]``: the greedy completion of a row is a greedy episode, scored on
-        its last turn by the verifiers (environment rewards are not added); pass@k stays
-        single-turn."""
+        its last turn by the verifiers; it is solved as ``environment.success_threshold`` says
+        (:func:`~grpo_run.core.rollout.episodes.episode_solved`). pass@k stays single-turn."""
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
@@ -77,8 +78,9 @@ class Evaluator:
         greedy = await self._greedy(rows)
         scored = await self._score(rows, greedy)
         n = max(1, len(rows))
+        solved = [self._solved(s, c) for s, c in zip(scored, greedy)]
         metrics = {
-            "eval/accuracy": sum(is_solved(s.reward, s.max_reward) for s in scored) / n,
+            "eval/accuracy": sum(solved) / n,
             "eval/reward_mean": sum(s.reward + getattr(c, "env_reward", 0.0) for s, c in zip(scored, greedy)) / n,
             "eval/response_length_mean": sum(len(c.token_ids) for c in greedy) / n,
             "eval/stop_rate": sum(c.finish_reason == "stop" for c in greedy) / n,
@@ -88,7 +90,7 @@ class Evaluator:
             metrics["eval/env_reward_mean"] = sum(c.env_reward for c in greedy) / n
             stats = [{"failed": float(c.finish_reason == "error"), "timed_out": 0.0, **c.metrics} for c in greedy]
             metrics.update({f"eval/{k}": v for k, v in episode_metrics(stats).items()})
-        traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True)
+        traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True, solved=solved)
         if self.num_samples:
             params = self.sampled_params
             if self.seed is not None:
@@ -108,6 +110,12 @@ class Evaluator:
         seeds = [derive_seed("eval", r.get("id", i)) for i, r in enumerate(rows)]
         results = await self.episodes.run_many(rows, seeds, self.params)
         return [r if isinstance(r, Episode) else failed_episode() for r in results]
+
+    def _solved(self, scored: ScoredCompletion, completion: Any) -> bool:
+        if not isinstance(completion, Episode) or self.episodes is None:
+            return is_solved(scored.reward, scored.max_reward)
+        threshold = self.episodes.settings.success_threshold
+        return episode_solved(scored.reward, scored.max_reward, completion.env_reward, threshold)
 
     async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
         return await self.scorer.score(
@@ -130,7 +138,9 @@ class Evaluator:
         return metrics
 
     def _traces(self, step: int, rows: Sequence[PromptRow], groups: Sequence[Sequence[Completion]],
-                scored: ScoredBatch, *, greedy: bool) -> list[CompletionTrace]:
+                scored: ScoredBatch, *, greedy: bool, solved: Sequence[bool] | None = None) -> list[CompletionTrace]:
+        """Trace records; an episode's reward is its whole reward (the verifiers' plus the
+        environment's, as training's traces record it) and ``max_reward`` the bar that solves it."""
         if self.traces is None or not self.traces.enabled:
             return []
         out, flat = [], 0
@@ -138,11 +148,17 @@ class Evaluator:
             prompt = self.traces.decode(row.token_ids)
             for ci, comp in enumerate(group):
                 s = scored[flat]
+                reward, max_reward = s.reward, s.max_reward
+                if isinstance(comp, Episode):
+                    reward += comp.env_reward
+                    threshold = self.episodes.settings.success_threshold if self.episodes is not None else None
+                    max_reward = success_bar(s.max_reward, threshold) or s.max_reward
+                ok = solved[flat] if solved is not None else is_solved(s.reward, s.max_reward)
                 flat += 1
                 out.append(CompletionTrace(
                     kind="eval", step=step, row_id=str(row.get("id", "")), group=gi, sample=ci, prompt=prompt,
-                    completion=comp.text, ground_truth=row.get("ground_truth"), reward=s.reward,
-                    max_reward=s.max_reward, solved=is_solved(s.reward, s.max_reward), scores=dict(s.scores),
+                    completion=comp.text, ground_truth=row.get("ground_truth"), reward=reward,
+                    max_reward=max_reward, solved=ok, scores=dict(s.scores),
                     finish_reason=comp.finish_reason, num_tokens=len(comp.token_ids),
                     policy_version=comp.policy_version, greedy=greedy,
                     turns=episode_spans(comp, self.traces.decode) if isinstance(comp, Episode) else None,

@@ -9,10 +9,12 @@ Data files, mixture sources and columns are the data room's to check (:mod:`grpo
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from grpo_run.core.config.formatting import ConfigIssue
-from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.config.schema import ModelSection, RunConfig
 from grpo_run.core.plugins.families import MODEL
 from grpo_run.core.plugins.registry import ComponentRegistry, did_you_mean
 
@@ -82,3 +84,23 @@ def looks_like_path(name: str) -> bool:
     """A hub repo id is ``name`` or ``owner/name``; anything else with a slash, or starting with
     ``/``, ``.`` or ``~``, is a path."""
     return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
+
+
+def raw_model_issues(data: Mapping[str, Any], registry: ComponentRegistry,
+                     found: Sequence[ConfigIssue]) -> list[ConfigIssue]:
+    """:func:`check_model`'s issues read from a config's tables, for a config that failed
+    validation, so that a misspelt model name comes with the other errors, not a run later.
+    A key that already has an issue in ``found`` (a wrong type, say) is not checked again."""
+    model = data.get("model", {})
+    if not isinstance(model, Mapping):
+        return []
+    known = {issue.path for issue in found}
+    defaults = ModelSection()
+    out = []
+    device = model.get("device", defaults.device)
+    if "model.device" not in known and isinstance(device, str):
+        out += device_issues(device)
+    name = model.get("name_or_path", defaults.name_or_path)
+    if "model.name_or_path" not in known and isinstance(name, str):
+        out += model_path_issues(name, registry)
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -176,10 +176,13 @@ class RunProgress:
             self.warning(warning)
 
 
-def time_limit_note(limit_s: float, steps: int, total: int, checkpoint: Path | None) -> str:
-    """The line that says a time limit, not ``train.total_steps``, ended a run."""
+def time_limit_note(limit_s: float, steps: int, total: int, checkpoint: Path | None,
+                    cut_short: Sequence[str] = ()) -> str:
+    """The line that says a time limit, not ``train.total_steps``, ended a run, and what it cut
+    short (``"evaluation"``, ``"generation"``: abandoned when the time ran out)."""
     saved = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint (checkpoint.save_final = false)"
-    return f"time limit reached (train.max_runtime_s = {limit_s:g}) after {steps} of {total} steps; {saved}"
+    cut = f" ({' and '.join(cut_short)} in progress abandoned)" if cut_short else ""
+    return f"time limit reached (train.max_runtime_s = {limit_s:g}) after {steps} of {total} steps{cut}; {saved}"
 
 
 def final_summary(run_dir: Path, steps: int, stop_reason: str, eval_accuracy: float | None,

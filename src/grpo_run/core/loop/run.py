@@ -159,6 +159,9 @@ def train(
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
                 library_output.take_over()  # the loggers of libraries the build imported
                 parts.scorer.show_warnings_with(progress.warning)
+                for note in parts.notes:
+                    progress.message(note)
+                    log.info("start_note", message=note)
                 if trainer_state is not None:
                     _restore(parts, trainer_state, checkpoint)
                     progress.message(f"resumed from {checkpoint} at step {start_step}")
@@ -201,14 +204,15 @@ def train(
                     checkpointer.save_now(state.version, loop.resume_rollout_state())
                     saved = checkpoints_dir(cfg, run_dir) / f"step_{state.version}"
                 raise RunInterrupted(loop.interrupted, state.version, saved, run_dir)
-            if cfg.checkpoint.save_final:
-                checkpointer.save_now(state.version)
+            if cfg.checkpoint.save_final:  # batches a time limit abandoned are drawn again on resume
+                checkpointer.save_now(state.version, loop.resume_rollout_state())
             status = "completed"
             saved = checkpointer.last_saved
             last_saved = checkpoints_dir(cfg, run_dir) / f"step_{saved}" if saved >= 0 else None
-            if state.stop_reason.startswith("train.max_runtime_s") and state.version < cfg.train.total_steps:
+            if state.stop_reason.startswith("train.max_runtime_s") and (
+                    state.version < cfg.train.total_steps or state.cut_short):
                 progress.warning(time_limit_note(cfg.train.max_runtime_s, state.version, cfg.train.total_steps,
-                                                 last_saved))
+                                                 last_saved, state.cut_short))
             progress.summarize(final_summary(run_dir, state.version, state.stop_reason,
                                              last.values.get("eval/accuracy"), last_saved))
             return last.values

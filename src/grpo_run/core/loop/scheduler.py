@@ -11,9 +11,9 @@ files, trackers, hooks, the console -- is an observer (:mod:`.observers`).
 The loop's collaborators are plain objects with small surfaces (:class:`LoopParts`), so tests
 drive it with fakes and a learner may live in another process.
 
-Stopping early (:meth:`TrainingLoop.request_stop`, e.g. on Ctrl-C or SIGTERM): batches being
-generated or scored and a running evaluation are cancelled; a learner step already running is
-finished and reported. The rollout state from before each batch was drawn is kept until that
+Stopping early (:meth:`TrainingLoop.request_stop`, e.g. on Ctrl-C or SIGTERM, and when
+``train.max_runtime_s`` runs out): batches being generated or scored and a running evaluation are
+cancelled; a learner step already running is finished and reported. The rollout state from before each batch was drawn is kept until that
 batch is trained, so a checkpoint after the last finished step resumes exactly
 (:meth:`TrainingLoop.resume_rollout_state`).
 """
@@ -23,17 +23,16 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
-import attrs
-
-from grpo_run.core.config.schema import AlgorithmSection
 from grpo_run.core.errors import RunError
+from grpo_run.core.loop.loop_types import LoopParts, LoopSettings, LoopState
+
+__all__ = ["LoopParts", "LoopSettings", "LoopState", "TrainingLoop"]  # the settings and parts live in .loop_types
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
 from grpo_run.core.loop.pipeline import NoPipeline, PipelineListener
-from grpo_run.core.rollout.packing import SequenceToPack
-from grpo_run.core.rollout.sequences import RolloutBatch, build_sequences, group_signal
+from grpo_run.core.rollout.sequences import build_sequences, group_signal
 from grpo_run.core.runlog import get_logger
 
 _END = None  # queue sentinel
@@ -61,71 +60,6 @@ def _one_compute_thread() -> None:
     loop.set_default_executor(ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-run-compute"))
 
 
-class BatchSource(Protocol):
-    """Makes rollout batches (:class:`~grpo_run.core.rollout.producer.RolloutProducer`)."""
-
-    async def produce(self, index: int) -> RolloutBatch: ...
-
-    def rollout_state(self) -> dict[str, Any]: ...
-
-
-class LearnerLike(Protocol):
-    """What the loop asks of a learner (:class:`~grpo_run.core.learner.learner.Learner`)."""
-
-    def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]: ...
-
-    def skip_step(self) -> None: ...
-
-    def weights_snapshot(self) -> Mapping[str, Any]: ...
-
-
-class WeightSink(Protocol):
-    """Receives new weights (the generation engine)."""
-
-    async def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None: ...
-
-
-class EvaluatorLike(Protocol):
-    async def evaluate(self, step: int) -> dict[str, float]: ...
-
-
-@attrs.frozen
-class LoopSettings:
-    """The loop's own settings, taken from the run config."""
-
-    total_steps: int
-    async_steps: int = 1
-    local_eval_every: int = 0
-    stop_at_eval_accuracy: float = 0.0
-    max_runtime_s: float = 0.0
-    save_freq: int = 0
-    """Steps after which a checkpoint is due (informational: the loop snapshots the rollout
-    state before every batch, since an interrupt may need it after any step)."""
-    algorithm: AlgorithmSection = attrs.Factory(AlgorithmSection)
-
-
-@attrs.define
-class LoopParts:
-    producer: BatchSource
-    learner: LearnerLike
-    engine: WeightSink
-    evaluator: EvaluatorLike | None = None
-
-
-@attrs.define
-class LoopState:
-    """Shared between the stages; only the learner stage mutates ``version`` and ``snapshot``."""
-
-    version: int = 0
-    """Learner steps completed (the version of the newest weights)."""
-    snapshot: Mapping[str, Any] | None = None
-    engine_version: int = 0
-    stopping: bool = False
-    stop_reason: str = ""
-    last_eval_step: int = -1
-    started: float = attrs.Factory(time.perf_counter)
-
-
 class TrainingLoop:
     """Runs the stages of one training run; every step's event goes to ``observers``."""
 
@@ -148,6 +82,8 @@ class TrainingLoop:
         self._batches: asyncio.Queue | None = None
         self.interrupted: str | None = None
         """Why :meth:`request_stop` was called (e.g. ``"SIGTERM"``), if it was."""
+        self.out_of_time = False
+        """``train.max_runtime_s`` ran out (see :meth:`_time_up`)."""
         self.log = get_logger()
 
     def request_stop(self, reason: str) -> None:
@@ -157,13 +93,39 @@ class TrainingLoop:
             return
         self.interrupted = reason
         self._stop(f"interrupted by {reason}")
+        self._abandon_work()
+
+    def _abandon_work(self) -> list[str]:
+        """Cancel generation, scoring and evaluation in progress; what was cancelled."""
+        cut = []
         for task in list(self._inflight):
+            if not task.done():
+                cut.append("generation")
             task.cancel()
         if self._eval_task is not None:
+            cut.append("evaluation")
             self._eval_task.cancel()
         if self._batches is not None and not self._batches.full():
             self._batches.put_nowait(_END)  # wake a learner waiting for a batch
         asyncio.ensure_future(self._wake_generator())
+        return sorted(set(cut))
+
+    def _time_up(self) -> None:
+        """``train.max_runtime_s`` covers evaluation and generation too: when it runs out, the
+        work in progress is abandoned (a learner step in progress finishes and is kept); batches
+        drawn but not trained are drawn again after a resume."""
+        if self.interrupted is not None or self.out_of_time:
+            return
+        self.out_of_time = True
+        self._stop(self._time_limit_reason())
+        cut = self._abandon_work()
+        if cut:  # the limit, not total_steps or the accuracy target, decided what the run skipped
+            self.state.stop_reason = self._time_limit_reason()
+            self.state.cut_short = tuple(cut)
+            self.log.info("time_limit_cut", abandoned=cut, step=self.state.version)
+
+    def _time_limit_reason(self) -> str:
+        return f"train.max_runtime_s={self.settings.max_runtime_s} reached"
 
     def resume_rollout_state(self) -> dict[str, Any] | None:
         """The rollout state a checkpoint after the newest finished step must hold: the one from
@@ -177,6 +139,18 @@ class TrainingLoop:
     async def run(self) -> LoopState:
         if self.settings.async_steps == 1:
             _one_compute_thread()
+        limit = self.settings.max_runtime_s
+        deadline = None
+        if limit:
+            left = max(0.0, limit - (time.perf_counter() - self.state.started))
+            deadline = asyncio.get_running_loop().call_later(left, self._time_up)
+        try:
+            return await self._run()
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+
+    async def _run(self) -> LoopState:
         if self._can_eval and self.start_step == 0:
             metrics = await self._evaluate_unless_stopped(step=0)
             if metrics is None:
@@ -252,7 +226,7 @@ class TrainingLoop:
                 if self._abandoned():
                     break  # the batch was abandoned by request_stop
                 raise
-            if self.interrupted is not None:
+            if self.interrupted is not None or self.out_of_time:
                 break  # not trained yet: drawn again after a resume
             self.pipeline.batch_phase(batch.index, "training")
             signal = group_signal(batch, settings.algorithm)
@@ -332,7 +306,7 @@ class TrainingLoop:
         return bool(self.settings.local_eval_every) and self.parts.evaluator is not None
 
     def _eval_due(self, step: int) -> bool:
-        if not self._can_eval or self.interrupted is not None:
+        if not self._can_eval or self.interrupted is not None or self.out_of_time:
             return False
         every = self.settings.local_eval_every
         return step % every == 0 or step == self.settings.total_steps or self.state.stopping
@@ -353,7 +327,7 @@ class TrainingLoop:
         """A CancelledError came from :meth:`request_stop` cancelling work we awaited, not from
         this task itself being cancelled."""
         task = asyncio.current_task()
-        return self.interrupted is not None and (task is None or not task.cancelling())
+        return (self.interrupted is not None or self.out_of_time) and (task is None or not task.cancelling())
 
     async def _wake_generator(self) -> None:
         async with self.cond:
@@ -375,7 +349,7 @@ class TrainingLoop:
     def _check_stop(self, step: int) -> None:
         limit = self.settings.max_runtime_s
         if limit and time.perf_counter() - self.state.started >= limit:
-            self._stop(f"train.max_runtime_s={limit} reached")
+            self._time_up()
         if step >= self.settings.total_steps:
             self._stop("train.total_steps reached")
 

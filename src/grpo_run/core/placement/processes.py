@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
@@ -31,6 +30,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch.multiprocessing  # noqa: F401 - tensor pickling through shared memory
+
+from grpo_run.core.spawn import spawn_context
 
 _PR_SET_PDEATHSIG = 1
 
@@ -50,7 +51,7 @@ class ProcessWorker:
         self.name = name
         self._factory = pickle.dumps(factory)  # unpickled in the child after its threads are set
         self._threads = threads
-        self._ctx = context if context is not None else multiprocessing.get_context("spawn")
+        self._ctx = context if context is not None else spawn_context()
         self._process: Any = None
         self._conn: multiprocessing.connection.Connection | None = None
         self._pending: dict[int, Future] = {}

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
-from grpo_run.core.rollout.episodes import Episode, combine_rewards, derive_seed, returns_to_go
+from grpo_run.core.rollout.episodes import Episode, combine_rewards, derive_seed, returns_to_go, success_bar
 from grpo_run.core.rollout.producer import RolloutProducer
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.sequences import RolloutBatch
@@ -119,11 +119,13 @@ class EpisodeProducer(RolloutProducer):
                 episodes = [attrs.evolve(e, returns=returns_to_go(
                     e.turn_rewards, r + e.env_reward - combine_rewards(e.turn_rewards, settings.reward_combination, gamma),
                     e.turns, gamma)) for r, e in zip(group.rewards, episodes)]
+            bar = success_bar(group.max_reward, settings.success_threshold)  # what solves an episode
             out[i] = attrs.evolve(
                 group,
                 prompt_ids=list(episodes[0].segments[0].prompt_ids) if episodes[0].segments else group.prompt_ids,
                 completions=episodes,
                 rewards=[r + e.env_reward for r, e in zip(group.rewards, episodes)],
+                max_reward=bar if bar is not None else group.max_reward,
             )
         return out, call_stats
 

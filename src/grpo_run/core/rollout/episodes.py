@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from grpo_run.core.plugins.types import is_solved
+
 
 @attrs.frozen
 class Segment:
@@ -144,3 +146,24 @@ def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from ``parts`` (same parts, same seed, in every process)."""
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (2**31 - 1)
+
+
+ENV_SUCCESS = 1.0
+"""The environment reward that solves an episode when only the environment rewards its row and
+``environment.success_threshold`` is unset."""
+
+
+def success_bar(verifier_max: float, threshold: float | None) -> float | None:
+    """The whole reward (verifiers' + environment's) that solves an episode, or None when the
+    verifiers' own verdict decides (no threshold, and they can reward the row)."""
+    if threshold is not None:
+        return threshold
+    return None if verifier_max > 0 else ENV_SUCCESS
+
+
+def episode_solved(verifier_reward: float, verifier_max: float, env_reward: float, threshold: float | None) -> bool:
+    """Whether an episode solved its row (see ``environment.success_threshold``)."""
+    bar = success_bar(verifier_max, threshold)
+    if bar is None:
+        return is_solved(verifier_reward, verifier_max)
+    return is_solved(verifier_reward + env_reward, bar)

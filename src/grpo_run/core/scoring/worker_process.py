@@ -16,7 +16,6 @@ event, which makes every wait give up within :data:`WAIT_SLICE_S` and kill the w
 
 from __future__ import annotations
 
-import multiprocessing
 import multiprocessing.connection
 import os
 import threading
@@ -25,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpo_run.core.errors import RunError
-from grpo_run.core.scoring.spawn_main import main_without_missing_file
+from grpo_run.core.spawn import spawn_context
 from grpo_run.core.scoring.workers import IDLE, CallOutcome, Unit, failed_outcomes, worker_main
 
 STARTUP_TIMEOUT_S = 120.0
@@ -48,7 +47,7 @@ class WorkerProcess:
         self._specs_blob = specs_blob
         self._timeout_s = timeout_s
         self._cancel = cancel if cancel is not None else threading.Event()
-        self._ctx = context if context is not None else multiprocessing.get_context("spawn")
+        self._ctx = context if context is not None else spawn_context()
         self._process: Any = None
         self._conn: multiprocessing.connection.Connection | None = None
         self._progress: Any = None
@@ -72,8 +71,7 @@ class WorkerProcess:
             target=worker_main, args=(child_conn, self._specs_blob, self._progress, os.getpid()),
             name="grpo-run-scoring", daemon=True,
         )
-        with main_without_missing_file():  # `python -`: no main file for the child to re-run
-            self._process.start()
+        self._process.start()  # never re-runs the user's __main__ (see grpo_run.core.spawn)
         child_conn.close()
         self._conn = parent_conn
         self._ready = False

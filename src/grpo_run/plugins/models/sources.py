@@ -35,6 +35,8 @@ class TinyArithmeticModel:
 
     name = "tiny-arithmetic"
     Config = NoConfig
+    renderer = "tiny-chat"
+    """The chat format of an ``[environment]`` without a ``[renderer]`` table (the char model's)."""
 
     def __init__(self, config: NoConfig) -> None:
         self.config = config
@@ -79,6 +81,8 @@ class TinyRandomModel:
 
     name = "tiny-random"
     Config = TinyRandomConfig
+    renderer = "tiny-chat"
+    """The chat format of an ``[environment]`` without a ``[renderer]`` table (the char model's)."""
 
     def __init__(self, config: TinyRandomConfig) -> None:
         self.config = config
