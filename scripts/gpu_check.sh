@@ -9,6 +9,8 @@
 #
 #   scripts/gpu_check.sh [WHEELS_DIR]      # `make gpu-check`; exit 1 when a stage fails
 # GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (a rehearsal of the script, not a GPU check).
+# On a lent device machine: carry wheels/ with the working tree and run, from the repository root,
+#   set -o pipefail; scripts/gpu_check.sh wheels 2>&1 | tee "$OUT/gpu_check.log"     (timeout 540 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-wheels}
@@ -54,7 +56,7 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
 last = rows[-1]
-print(f"{len(rows)} steps; eval/accuracy by step: {evals}")
+print(f"{rows[-1]['step']} steps; eval/accuracy by step: {evals}")
 print("last step:", {k: round(v, 4) if isinstance(v, float) else v for k, v in last.items() if k.startswith(("reward/mean", "time/", "perf/"))})
 if len(evals) < 2 or evals[-1][1] <= evals[0][1]:
     sys.exit("error: eval accuracy did not rise")
