@@ -115,10 +115,12 @@ overlay = names=$$(sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' $(1) | paste -sd'|')
 
 # The tests on the lowest torch and transformers pyproject.toml allows (constraints-oldest.txt over
 # constraints.txt), in .venv-oldest. PyPI's torch 2.11.0 is a CUDA build (about 4.6 GB in the venv)
-# that runs on the CPU. OLDEST_TESTS: the learner (every strategy over gloo), the engines, config and
-# scoring; `make test-oldest OLDEST_TESTS=tests` runs the whole default suite (far longer here).
+# that runs on the CPU. OLDEST_TESTS: the learner (every strategy over gloo), the engines, config,
+# scoring, rollout, models, renderers, losses and the Python API (about 470 tests);
+# `make test-oldest OLDEST_TESTS=tests` runs the whole default suite (far longer here).
 OLDEST_VENV ?= .venv-oldest
-OLDEST_TESTS ?= tests/core/learner tests/plugins/engines tests/core/config tests/core/scoring
+OLDEST_TESTS ?= tests/core/learner tests/plugins/engines tests/core/config tests/core/scoring tests/core/rollout \
+	tests/plugins/models tests/plugins/renderers tests/plugins/losses tests/api
 $(OLDEST_VENV)/.installed: pyproject.toml constraints.txt constraints-oldest.txt
 	test -x $(OLDEST_VENV)/bin/python || python3 -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
