@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 out=wheels
-# What the GPU image was seen to hold (the device tool's KINDS.md, 2026-11): resolve against it.
+# What the GPU image was seen to hold (its package list, 2026-11): resolve against it.
 IMAGE_PINS="torch==2.11.0 transformers==5.17.0 huggingface-hub==1.33.0 tokenizers==0.23.2 safetensors==0.8.0 numpy==2.5.2"
 # The large ones it has are left out (small ones travel even if the image has them: pip keeps the
 # image's version where it satisfies, and takes ours where it does not).
