@@ -138,6 +138,7 @@ test-oldest: sandbox-tools browser-tools $(OLDEST_VENV)/.installed
 # The built sdist and wheel (dist/) carry every package file (scripts/check_dist.py), and pip's
 # resolver accepts every extra of that wheel as a user's pip would see PyPI (scripts/check_extras.sh).
 check-dist: setup
+	rm -rf dist
 	$(PY) scripts/check_dist.py
 check-extras: check-dist
 	scripts/check_extras.sh dist/grpo_run-*.whl $(PY)
