@@ -5,7 +5,7 @@ RUN_DIR ?= runs/arithmetic
 # Every pip install here takes the tested versions (constraints.txt; its header says how to refresh it).
 PIP_INSTALL = -m pip install --quiet -c constraints.txt
 
-.PHONY: setup setup-heavy setup-bench sandbox-tools browser-tools demo test test-heavy test-learning test-fast test-latest bench clean docs
+.PHONY: setup setup-heavy setup-bench setup-gpu sandbox-tools browser-tools demo test test-heavy test-learning test-fast test-latest test-oldest check-dist check-extras gpu-wheels gpu-check bench clean docs
 
 setup: $(VENV)/.installed sandbox-tools browser-tools
 
@@ -108,6 +108,61 @@ test-latest: sandbox-tools browser-tools
 	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable > $(LATEST_VENV)/versions.txt
 	$(LATEST_VENV)/bin/python -m pytest -q -ra -m "not heavy"
 
+# Pins laid over constraints.txt: its lines for the pinned packages are dropped and these added, so
+# everything else stays at the tested versions. $(call overlay,FILE,OUT) writes the merged file.
+overlay = names=$$(sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' $(1) | paste -sd'|'); \
+	grep -viE "^($$names)==" constraints.txt > $(2); sed -e 's/ *\#.*//' -e '/^$$/d' $(1) >> $(2)
+
+# The tests on the lowest torch and transformers pyproject.toml allows (constraints-oldest.txt over
+# constraints.txt), in .venv-oldest. PyPI's torch 2.11.0 is a CUDA build (about 4.6 GB in the venv)
+# that runs on the CPU. OLDEST_TESTS: the learner (every strategy over gloo), the engines, config,
+# scoring, rollout, models, renderers, losses and the Python API (about 470 tests);
+# `make test-oldest OLDEST_TESTS=tests` runs the whole default suite (green on 2026-11-27; about
+# 25 minutes on 2 busy cores, too long for CI beside the rest).
+OLDEST_VENV ?= .venv-oldest
+OLDEST_TESTS ?= tests/core/learner tests/plugins/engines tests/core/config tests/core/scoring tests/core/rollout \
+	tests/plugins/models tests/plugins/renderers tests/plugins/losses tests/api
+$(OLDEST_VENV)/.installed: pyproject.toml constraints.txt constraints-oldest.txt
+	test -x $(OLDEST_VENV)/bin/python || python3 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(call overlay,constraints-oldest.txt,$(OLDEST_VENV)/constraints.txt)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/constraints.txt -e '.[dev,agent,games,verifiers]'
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
+	$(OLDEST_VENV)/bin/python -c "import torch, transformers; v = (torch.__version__, transformers.__version__); \
+	  assert v[0].startswith('2.11.0') and v[1] == '5.16.0', v; print('test-oldest: torch %s, transformers %s' % v)"
+	touch $@
+
+test-oldest: sandbox-tools browser-tools $(OLDEST_VENV)/.installed
+	$(OLDEST_VENV)/bin/python -m pytest -q -ra -m "not heavy" $(OLDEST_TESTS)
+
+# The built sdist and wheel (dist/) carry every package file (scripts/check_dist.py), and pip's
+# resolver accepts every extra of that wheel as a user's pip would see PyPI (scripts/check_extras.sh).
+check-dist: setup
+	rm -rf dist
+	$(PY) scripts/check_dist.py
+check-extras: check-dist
+	scripts/check_extras.sh dist/grpo_run-*.whl $(PY)
+
+# A CUDA machine with network access (docs/gpu.md): vLLM's torch and transformers
+# (constraints-gpu.txt over constraints.txt), the vllm extra and the tests' dev extra, in $(VENV).
+# Not for a CPU machine: vLLM's wheel needs CUDA (the CPU engine: `make setup-heavy`).
+setup-gpu:
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(call overlay,constraints-gpu.txt,$(VENV)/constraints-gpu.txt)
+	$(PY) -m pip install --quiet -c $(VENV)/constraints-gpu.txt -e '.[vllm,dev]'
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation ./tests/plugin_dist ./tests/loss_dist
+	$(PY) -c "import torch, vllm; assert torch.cuda.is_available(), 'torch sees no CUDA device'; \
+	  print('setup-gpu: torch', torch.__version__, 'vllm', vllm.__version__, torch.cuda.get_device_name(0))"
+
+# A GPU machine without network whose image has CUDA torch (scripts/gpu_check.sh): gpu-wheels,
+# here, downloads what grpo-run needs beside such an image into wheels/; gpu-check, there,
+# installs from them, runs `pytest -m gpu`, trains the embedded example on CUDA and the CUDA bench.
+gpu-wheels: setup
+	PYTHON=$(PY) scripts/gpu_wheels.sh
+gpu-check:
+	scripts/gpu_check.sh
+
 # The documentation site (mkdocs-material, in the dev extra), warnings as errors; output in build/site.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
@@ -121,5 +176,5 @@ bench: setup
 	$(PY) bench/bench_observability.py
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) runs build *.egg-info
+	rm -rf $(VENV) $(LATEST_VENV) $(OLDEST_VENV) runs build dist wheels *.egg-info
 	rm -rf $(VLLM_VENV)

@@ -19,9 +19,10 @@ def cfg(tmp_path: Path, tiny_model_dir: Path) -> Path:
     return write_run(tmp_path, verifier=LENGTH_REWARD, model={"name_or_path": str(tiny_model_dir)})
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch without CUDA")
 @pytest.mark.parametrize("command", ["check", "train"])
-def test_cuda_on_a_cpu_only_torch_is_a_one_line_error(cfg, tmp_path, capsys, command) -> None:
+def test_cuda_on_a_cpu_only_torch_is_a_one_line_error(cfg, tmp_path, capsys, monkeypatch, command) -> None:
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build, whichever build runs the tests
+    monkeypatch.setattr(torch.version, "hip", None)
     assert main([command, str(cfg), "--set", "model.device=cuda"]) == 2
     out = capsys.readouterr()
     assert out.err.splitlines() == [
@@ -29,6 +30,18 @@ def test_cuda_on_a_cpu_only_torch_is_a_one_line_error(cfg, tmp_path, capsys, com
         f'use model.device = "cpu", or install a CUDA build of torch'
     ]
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_cuda_on_a_cuda_build_without_a_gpu_is_a_one_line_error(cfg, tmp_path, capsys, monkeypatch) -> None:
+    """PyPI's default torch is a CUDA build (what `make test-oldest` installs), often on a machine
+    with no GPU."""
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", str(cfg), "--set", "model.device=cuda"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {cfg}: model.device: 'cuda', but no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES)"
+    ]
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ learner's packed log-probs for the same tokens."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpo_run import EngineContext, SamplingParams
 from grpo_run.core.learner.logprobs import packed_token_logprobs
 from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
+from grpo_run.plugins.engines.hf import cache_keyword
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +177,15 @@ def test_identical_prompts_are_prefilled_once_and_sample_as_copies(engine, monke
     copies = engine.generate_sync([a, b], SamplingParams(n=3, max_new_tokens=8, temperature=1.0, seed=11))
     assert [c[0].token_ids for c in repeated] == [c.token_ids for group in copies for c in group]
     assert [c[0].logprobs for c in repeated] == [c.logprobs for group in copies for c in group]
+
+
+def test_the_prefill_fills_the_cache_under_the_keyword_the_installed_transformers_takes(engine):
+    """transformers 5.24 renamed the KV-cache keyword (``past_key_values`` -> ``cache``); a model's
+    forward swallows an unknown keyword in ``**kwargs``, so a wrong guess leaves the cache empty."""
+    keyword = cache_keyword()
+    assert keyword in inspect.signature(type(engine.model).forward).parameters
+    prompt = _prompts(engine)[1]
+    ids = torch.tensor([prompt])
+    cache = engine._prefill(ids, torch.ones_like(ids), torch.tensor([0, 0, 0]))
+    assert cache.get_seq_length() == len(prompt) - 1
+    assert cache.layers[0].keys.shape[0] == 3  # repeated to the three samples

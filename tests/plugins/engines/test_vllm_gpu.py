@@ -1,6 +1,7 @@
 """The vllm engine on CUDA: generation equal to hf, NCCL weight transfer (trainer on one GPU,
 engine on another) and sleep mode between rollouts. Marked ``gpu``: skipped cleanly without
-CUDA; they need `pip install 'grpo-run[vllm]'` (vLLM's CUDA build in this interpreter)."""
+CUDA, and with the reason where this interpreter has no vLLM (`pip install '.[vllm]'` puts vLLM's
+CUDA build in it; the engine's worker runs ``sys.executable``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_run import EngineContext, SamplingParams
+from support.optional import requires
 from support.vllm import chat_prompts, resolve_model, wait_for
 
-pytestmark = [pytest.mark.gpu, pytest.mark.heavy]
+pytestmark = [pytest.mark.gpu, pytest.mark.heavy, requires("vllm", "pip install '.[vllm]' (docs/gpu.md)")]
 
 GREEDY = SamplingParams(n=1, max_new_tokens=8, greedy=True)
 

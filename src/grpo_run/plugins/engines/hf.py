@@ -9,8 +9,10 @@ worker thread and the learner in another do not both claim every core."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import contextlib
+import functools
+import inspect
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -167,8 +169,8 @@ class HFEngine:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
         if params.stop_strings:
             kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
-        if width > 1:  # transformers >= 5.24 names the KV cache `cache` (`past_key_values` warns)
-            kwargs["cache"] = self._prefill(input_ids, attention, expand)
+        if width > 1:
+            kwargs[cache_keyword()] = self._prefill(input_ids, attention, expand)
         result = self.model.generate(input_ids=input_ids[expand], attention_mask=attention[expand], **kwargs)
         new_tokens = result.sequences[:, width:]
         # Engine log-probs of the sampled tokens under the sampling temperature (no top-p
@@ -192,7 +194,7 @@ class HFEngine:
         cache = DynamicCache(config=self.model.config)
         self.model(
             input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],
-            cache=cache, use_cache=True,
+            use_cache=True, **{cache_keyword(): cache},
         )
         cache.batch_select_indices(expand)
         return cache
@@ -220,6 +222,17 @@ class HFEngine:
             finish_reason=finish,
             policy_version=self.version,
         )
+
+
+@functools.cache
+def cache_keyword() -> str:
+    """The keyword under which the installed transformers takes a KV cache in ``generate`` and a
+    model's forward: ``cache`` from 5.24 on (``past_key_values`` then warns), ``past_key_values``
+    before. Read off ``generate``'s input preparation, which every causal LM shares."""
+    from transformers import GenerationMixin
+
+    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tuple[int, int]]]:

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from grpo_run.core.config.schema import OptimSection
 from grpo_run.core.learner.strategies.parallel import DataParallel
+from grpo_run.core.learner.strategies.versions import ddp_without_buffer_sync
 
 
 class DDPStrategy(DataParallel):
@@ -26,7 +27,7 @@ class DDPStrategy(DataParallel):
         optimizer = super().setup(policy, optim, max_grad_norm)
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # Buffers (rotary tables) never change: no broadcast before every forward.
-        self.wrapped = DistributedDataParallel(policy, device_ids=device_ids, forward_sync_buffers=False)
+        self.wrapped = DistributedDataParallel(policy, device_ids=device_ids, **ddp_without_buffer_sync())
         return optimizer
 
     @property
