@@ -123,6 +123,7 @@ class MicroBatches:
         self.share_prompts = share_prompts
         self._pieces: dict[tuple[int, tuple[int, ...]], MicroBatch] = {}
         self._layouts: dict[int, SequenceLayout] = {}
+        self._padding: MicroBatch | None = None
 
     def split(self, index: int, batch: PackedBatch, max_tokens: int) -> list[MicroBatch]:
         """The micro-batches of mini-batch ``index`` under ``max_tokens``, as many as on the rank
@@ -134,11 +135,18 @@ class MicroBatches:
             self._pieces[key] = MicroBatch(key[1], part, self.layout_of(part))
         out = [self._pieces[(index, tuple(g))] for g in groups]
         if len(out) < count:
-            pad = idle_batch(self.pad_token_id).to(batch.input_ids.device)
-            out += [MicroBatch((), pad, self.layout_of(pad))] * (count - len(out))
+            out += [self._padding_piece(batch.input_ids.device)] * (count - len(out))
         return out
 
+    def _padding_piece(self, device: torch.device) -> MicroBatch:
+        """The step's one padding micro-batch (an idle batch: no loss, no gradient)."""
+        if self._padding is None:
+            pad = idle_batch(self.pad_token_id).to(device)
+            self._padding = MicroBatch((), pad, self.layout_of(pad))
+        return self._padding
+
     def layout_of(self, batch: PackedBatch) -> SequenceLayout:
+        """The layout of ``batch``, one of this step's pieces (kept alive here, so its id is its own)."""
         if id(batch) not in self._layouts:
             self._layouts[id(batch)] = batch_layout(batch, share_prompts=self.share_prompts)
         return self._layouts[id(batch)]
