@@ -3,17 +3,24 @@ the engine sampled it after, and every turn the engine sampled is recorded once.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
 class RecordingEngine:
-    """Wraps an engine; ``records`` holds ``(prompt ids, sampled ids)`` of every completion."""
+    """Wraps an engine; ``records`` holds ``(prompt ids, sampled ids)`` of every completion.
+    ``delay_s``: each call takes that long (so that concurrent requests overlap)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, delay_s: float = 0.0) -> None:
         self.engine = engine
+        self.delay_s = delay_s
         self.records: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
     async def generate(self, prompts, params):
+        await asyncio.sleep(self.delay_s)
         out = await self.engine.generate(prompts, params)
         for prompt, group in zip(prompts, out):
             self.records.extend((tuple(prompt), tuple(c.token_ids)) for c in group)

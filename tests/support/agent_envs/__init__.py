@@ -151,6 +151,8 @@ async def huge_request(row: Mapping[str, Any], base_url: str) -> float:
 
 AT_ONCE: list[Any] = []
 """What each request of :func:`thousand_at_once` got: a response or the exception (tests read it)."""
+AT_ONCE_COUNT = 1000
+"""How many requests :func:`thousand_at_once` sends (tests send fewer)."""
 
 
 async def thousand_at_once(row: Mapping[str, Any], base_url: str) -> float:
@@ -158,11 +160,11 @@ async def thousand_at_once(row: Mapping[str, Any], base_url: str) -> float:
     import httpx
     from openai import AsyncOpenAI
 
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    limits = httpx.Limits(max_connections=AT_ONCE_COUNT, max_keepalive_connections=0)
     async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0,
                            http_client=httpx.AsyncClient(limits=limits, timeout=60)) as client:
         got = await asyncio.gather(*(client.chat.completions.create(model="policy", messages=question(row))
-                                     for _ in range(1000)), return_exceptions=True)
+                                     for _ in range(AT_ONCE_COUNT)), return_exceptions=True)
     AT_ONCE[:] = got
     return 1.0
 

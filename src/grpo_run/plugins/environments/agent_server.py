@@ -82,6 +82,7 @@ class EpisodeServer:
             if self._server is None:
                 import uvicorn
 
+                _lift_open_file_limit()
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sock.bind(("127.0.0.1", 0))  # loopback only; a free port
                 sock.listen(128)
@@ -180,6 +181,20 @@ class EpisodeServer:
             entry.pending.discard(future)
         return JSONResponse(response_body(turn, f"{token}-{entry.requests}", body.get("model") or MODEL_ID,
                                           entry.served))
+
+
+def _lift_open_file_limit() -> None:
+    """Each connection to the endpoint costs the trainer two descriptors (the agent's end and
+    ours): lift the soft limit to the hard one, as vLLM and Ray do (1024 is a common soft limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass  # as it was
 
 
 async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:
