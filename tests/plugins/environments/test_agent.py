@@ -162,21 +162,22 @@ def test_hundreds_of_requests_of_one_episode_at_once_sample_max_turns_turns(toke
 
 
 def test_a_100_kb_request_is_refused_before_it_is_tokenised_or_sampled(tokenizer, monkeypatch):
+    import tomllib
+
     from grpo_run.core.config.loading import parse_config
     from grpo_run.core.loop.build import first_prompt_limit
     from grpo_run.core.plugins.host import build_plugin_host
     from support.paths import EXAMPLES
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    import tomllib
-
-    cfg = parse_config(tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text()), build_plugin_host().registry)
+    data = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
+    cfg = parse_config(data, build_plugin_host().registry)
     limit = first_prompt_limit(cfg, tokenizer)  # the tiny model's context of 128, less response_length = 32
     assert (limit.tokens, limit.why) == (96, "the model's context of 128 - rollout.response_length")
     rendered = []
     monkeypatch.setattr(TinyChatRenderer, "render", lambda self, m, t: rendered.append(m) or [])
-    with pytest.raises(EpisodeFailed, match=r"run_episode sampled no turn \(every call was refused: the "
-                                            r"conversation \(100000 characters\) cannot fit the episode's 96 ids\)"):
+    refused = r"every call was refused: the conversation \(100000 characters\) cannot fit the episode's 96 ids"
+    with pytest.raises(EpisodeFailed, match=f"run_episode sampled no turn \\({refused}\\)"):
         run(agent("huge_request"), tokenizer, prompt_limit=limit)
     assert rendered == []
 

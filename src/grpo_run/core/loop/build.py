@@ -235,7 +235,8 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
     if note is not None and notes is not None:
         notes.append(note)
     renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
-    return EpisodeRunner(environment, renderer, engine, env, params, prompt_limit=first_prompt_limit(cfg, tokenizer))
+    return EpisodeRunner(environment, renderer, engine, env, params,
+                         prompt_limit=first_prompt_limit(cfg, tokenizer))
 
 
 def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:

@@ -14,8 +14,8 @@ the episode token-in/token-out:
 
 Budgets are the runner's: ``max_turns`` calls, ``max_tokens_per_turn`` new ids a call, all sampled
 and appended ids within the episode's budget (``rollout.response_length``; a new segment's prompt
-may not outgrow the first prompt plus that budget, and the first prompt may not outgrow
-``max_prompt_tokens``). A turn cut by the episode's budget ends the episode and carries no tool
+may not outgrow the first prompt plus that budget, and the first prompt not its
+:class:`PromptLimit`). A turn cut by the episode's budget ends the episode and carries no tool
 calls. A call the episode cannot take raises :class:`EpisodeOver`.
 
 Concurrent calls of one episode (an agent's ``asyncio.gather`` of sub-queries) are serialised: a
@@ -46,7 +46,8 @@ class ChatSession:
     """One episode's handle on the policy (implements :class:`~grpo_run.Chat`)."""
 
     def __init__(self, renderer: Renderer, batcher: TurnBatcher, settings: EnvironmentSlot,
-                 sampling: SamplingParams, seed: int, sample: int, *, prompt_limit: PromptLimit | None = None) -> None:
+                 sampling: SamplingParams, seed: int, sample: int, *,
+                 prompt_limit: PromptLimit | None = None) -> None:
         self.renderer = renderer
         self.batcher = batcher
         self.settings = settings
@@ -97,7 +98,8 @@ class ChatSession:
     async def _turn(self, messages: Sequence[Message], tools: Sequence[ToolSchema], max_tokens: int | None,
                     stop: Sequence[str] | None) -> ChatTurn:
         cap = self.prompt_cap if self.open is not None else self.limit.tokens
-        chars = sum(len(m["content"]) for m in messages if isinstance(m, Mapping) and isinstance(m.get("content"), str))
+        chars = sum(len(m["content"]) for m in messages
+                    if isinstance(m, Mapping) and isinstance(m.get("content"), str))
         if cap is not None and self.limit.surely_longer(chars, cap):  # refused before tokenising it
             self._end(f"the conversation ({chars} characters) cannot fit the episode's {cap} ids")
             self._check_open()
@@ -138,7 +140,8 @@ class ChatSession:
         seg = self.open
         if seg is None:
             if self.limit.tokens is not None and len(ids) > self.limit.tokens:
-                self._end(f"the first prompt ({len(ids)} ids) is longer than {self.limit.tokens} ids ({self.limit.why})")
+                limit = self.limit
+                self._end(f"the first prompt ({len(ids)} ids) is longer than {limit.tokens} ids ({limit.why})")
                 self._check_open()
             self.open = OpenSegment(list(ids))
             self.prompt_cap = len(ids) + self.budget

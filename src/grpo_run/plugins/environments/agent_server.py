@@ -149,7 +149,8 @@ class EpisodeServer:
         entry.requests += 1
         if entry.in_flight >= self.max_in_flight:  # answered before its body is read
             return _error(429, f"{entry.in_flight} requests of this episode are being served already "
-                               f"(environment.max_requests_in_flight = {self.max_in_flight}); retry after one is answered")
+                               f"(environment.max_requests_in_flight = {self.max_in_flight}); "
+                               f"retry after one is answered")
         entry.in_flight += 1
         try:
             return await self._serve(request, token, entry)
