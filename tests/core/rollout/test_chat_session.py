@@ -8,10 +8,12 @@ import math
 
 import pytest
 
+from grpo_run import ChatTurn, EpisodeOver
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.registry import component_class_problem
 from grpo_run.core.plugins.families import ENVIRONMENT
 from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.rollout.chat_session import PromptLimit
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.core.rollout.episodes import derive_seed
 from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
@@ -19,6 +21,7 @@ from grpo_run.plugins.renderers.hermes import ChatTemplateConfig, ChatTemplateRe
 from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer
 from grpo_run.plugins.tools.calculator import CalculatorConfig, CalculatorTool
 from support.episodes import DrivenCalcEnv, ScriptedEngine, ScriptedEnv, chatml_tokenizer
+from support.token_io import RecordingEngine, assert_token_in_token_out
 
 # The char vocabulary: eos 1, <|user|> 2, <|assistant|> 3, "0".."9" = 5..14, "+" 15, "*" 17,
 # "(" 19, ")" 20, " " 21, "a".."z" = 22..47 (as in test_episodes.py).
@@ -222,3 +225,103 @@ def test_a_driven_environment_needs_no_reset_or_step_but_an_async_run_episode():
         Config = DrivenCalcEnv.Config
 
     assert "lacks 'reset', 'step'" in component_class_problem(Neither, ENVIRONMENT)
+
+
+class ParallelEnv:
+    """Asks the question, then sends ``branches`` (follow-ups after that history) at once with
+    ``asyncio.gather``, as agent frameworks do for parallel sub-queries; records what each got."""
+
+    name = "parallel"
+
+    class Config:
+        pass
+
+    def __init__(self, branches, *, calls=1):
+        self.branches = branches
+        self.calls = calls
+        self.got = []
+
+    async def run_episode(self, row, seed, chat):
+        from grpo_run import EpisodeOver, EpisodeResult
+
+        history = [{"role": "user", "content": row["prompt"]}]
+        first = await chat.complete(history)
+        history.append(first.message())
+
+        async def one(extra):
+            try:
+                return await chat.complete(history + extra)
+            except EpisodeOver as exc:
+                return exc
+
+        self.got = await asyncio.gather(*(one(extra) for extra in self.branches * self.calls))
+        return EpisodeResult(1.0)
+
+
+SUBQUERY = [{"role": "user", "content": "1+1"}]
+EXTENDS_IT = [*SUBQUERY, {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2"}]
+
+
+@pytest.mark.parametrize("branches", [
+    [SUBQUERY, SUBQUERY],  # the same sub-query twice: each turn is recorded, none lost
+    [SUBQUERY, EXTENDS_IT],  # the second renders as an extension of the first: never spliced after it
+    [SUBQUERY, [{"role": "user", "content": "2+2"}], EXTENDS_IT],
+], ids=["same", "extending", "three"])
+def test_concurrent_calls_of_one_episode_are_each_recorded_after_the_ids_they_were_sampled_after(
+        tiny_tokenizer, branches):
+    engine = RecordingEngine(ScriptedEngine(tiny_tokenizer, ["5", "6", "7", "8"], "<|assistant|>"))
+    env = ParallelEnv(branches)
+    episode = run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, max_turns=8)
+    assert len(engine.records) == 1 + len(branches) == episode.turns
+    assert all(isinstance(turn, ChatTurn) for turn in env.got)
+    assert_token_in_token_out(episode, engine.records)
+    assert episode.metrics["segments"] == len(episode.segments) >= 2  # a branch that does not extend: a new segment
+
+
+def test_concurrent_calls_count_against_max_turns_when_they_start(tiny_tokenizer):
+    engine = RecordingEngine(ScriptedEngine(tiny_tokenizer, ["5"], "<|assistant|>"))
+    env = ParallelEnv([SUBQUERY], calls=1000)
+    episode = run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, max_turns=3)
+    assert len(engine.records) == episode.turns == 3  # 1000 at once with max_turns = 3: three turns sampled
+    over = [got for got in env.got if isinstance(got, EpisodeOver)]
+    assert len(over) == 998 and str(over[0]) == (
+        "the episode can take no more turns: environment.max_turns = 3 calls were made")
+    assert_token_in_token_out(episode, engine.records)
+
+
+def test_the_token_budget_holds_under_concurrent_calls(tiny_tokenizer):
+    engine = RecordingEngine(ScriptedEngine(tiny_tokenizer, ["5555"], "<|assistant|>"))  # 5 ids a turn
+    env = ParallelEnv([SUBQUERY], calls=50)
+    episode = run(env, TinyChatRenderer(TinyChatConfig(), tiny_tokenizer), engine, budget=24, max_turns=100)
+    assert sum(len(ids) for _, ids in engine.records) <= 24 and episode.finish_reason == "length"
+    assert_token_in_token_out(episode, engine.records)
+
+
+class Renders(TinyChatRenderer):
+    """Counts the characters it was asked to render."""
+
+    rendered: list[int] = []
+
+    def render(self, messages, tools):
+        self.rendered.append(sum(len(m["content"]) for m in messages))
+        return super().render(messages, tools)
+
+
+@pytest.mark.parametrize("chars, match", [
+    (100_000, r"every call was refused: the conversation \(100000 characters\) cannot fit the episode's 96 ids"),
+    (200, r"every call was refused: the first prompt \(202 ids\) is longer than 96 ids \(the limit\)"),
+])
+def test_a_first_prompt_past_the_limit_is_refused_before_sampling(tiny_tokenizer, chars, match):
+    engine = RecordingEngine(ScriptedEngine(tiny_tokenizer, ["5"], "<|assistant|>"))
+    renderer = Renders(TinyChatConfig(), tiny_tokenizer)
+    Renders.rendered = []
+    runner = EpisodeRunner(DrivenCalcEnv(calc()), renderer, engine, EnvironmentSlot("driven"),
+                           SamplingParams(max_new_tokens=32),
+                           prompt_limit=PromptLimit.of(96, "the limit", tiny_tokenizer))
+    try:
+        with pytest.raises(EpisodeFailed, match=f"run_episode sampled no turn \\({match}"):
+            asyncio.run(runner.run({"id": "r", "prompt": "7" * chars}, 7, 0))
+    finally:
+        runner.close()
+    assert engine.records == []
+    assert Renders.rendered == ([] if chars == 100_000 else [chars])  # 100 KB: refused before tokenising it

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
+from grpo_run import EpisodeOver  # noqa: E402
 from grpo_run.core.config.environment import EnvironmentSlot  # noqa: E402
 from grpo_run.core.plugins.types import SamplingParams  # noqa: E402
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner  # noqa: E402
@@ -22,6 +23,7 @@ from grpo_run.plugins.models.sources import CHECKPOINTS_DIR  # noqa: E402
 from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer  # noqa: E402
 from support import agent_envs  # noqa: E402
 from support.episodes import ScriptedEngine  # noqa: E402
+from support.token_io import RecordingEngine, assert_token_in_token_out  # noqa: E402
 
 EOS, USER, ASSISTANT = 1, 2, 3
 D = {str(d): 5 + d for d in range(10)}
@@ -41,10 +43,11 @@ def agent(function):
     return AgentEnvironment(AgentConfig(function=f"support.agent_envs:{function}"), {})
 
 
-def run(env, tokenizer, script=THREE_TURNS, **settings):
-    engine = ScriptedEngine(tokenizer, script, "<|assistant|>")
+def run(env, tokenizer, script=THREE_TURNS, prompt_limit=None, delay_s=0.0, **settings):
+    engine = RecordingEngine(ScriptedEngine(tokenizer, script, "<|assistant|>"), delay_s)
     runner = EpisodeRunner(env, TinyChatRenderer(TinyChatConfig(), tokenizer), engine,
-                           EnvironmentSlot("agent", **settings), SamplingParams(max_new_tokens=64))
+                           EnvironmentSlot("agent", **settings), SamplingParams(max_new_tokens=64),
+                           prompt_limit=prompt_limit)
     try:
         return asyncio.run(runner.run(ROW, 7, 0)), engine
     finally:
@@ -128,6 +131,115 @@ def test_a_client_that_never_closes_does_not_hang_the_episode(tokenizer):
     episode, _ = run(agent("never_closes"), tokenizer, episode_timeout_s=60.0)
     assert episode.env_reward == 1.0 and time.monotonic() - started < 30
     assert agent_envs.LEFT_OPEN  # still open: the episode ended without it
+
+
+def test_parallel_sub_queries_of_an_agent_are_each_trained_after_the_ids_they_were_sampled_after(tokenizer):
+    # Each turn takes 0.3 s, so that the two sub-queries are served at the same time.
+    episode, engine = run(agent("parallel_subqueries"), tokenizer, script=["5", "6", "7", "8"], delay_s=0.3)
+    assert [r.choices[0].message.content for r in agent_envs.PARALLEL] == ["6", "6"]  # both answered
+    assert len(engine.records) == episode.turns == 4 and episode.metrics["env/requests"] == 4
+    assert_token_in_token_out(episode, engine.records)
+    assert len(episode.segments) >= 2  # the branch that does not extend the ids so far: a segment of its own
+
+
+def test_hundreds_of_requests_of_one_episode_at_once_sample_max_turns_turns(tokenizer, monkeypatch):
+    import openai
+
+    agent_envs.AT_ONCE.clear()
+    monkeypatch.setattr(agent_envs, "AT_ONCE_COUNT", 300)  # 1000 take 8 s here: docs/reliability.md measures them
+    episode, engine = run(agent("thousand_at_once"), tokenizer, script=["5"], max_turns=3)
+    assert len(engine.records) == episode.turns == 3
+    assert_token_in_token_out(episode, engine.records)
+    answered = [r for r in agent_envs.AT_ONCE if not isinstance(r, Exception)]
+    assert [r.choices[0].message.content for r in answered].count("5") == 3
+    assert {r.choices[0].finish_reason for r in answered if not r.choices[0].message.content} <= {"length"}
+    refused = [r for r in agent_envs.AT_ONCE if isinstance(r, Exception)]  # 429: more than 16 in flight
+    assert all(isinstance(r, openai.RateLimitError) for r in refused), {type(r).__name__ for r in refused}
+    assert len(answered) + len(refused) == 300
+    if refused:
+        assert "requests of this episode are being served already (environment.max_requests_in_flight = 16)" in (
+            str(refused[0]))
+
+
+def test_a_100_kb_request_is_refused_before_it_is_tokenised_or_sampled(tokenizer, monkeypatch):
+    import tomllib
+
+    from grpo_run.core.config.loading import parse_config
+    from grpo_run.core.loop.build import first_prompt_limit
+    from grpo_run.core.plugins.host import build_plugin_host
+    from support.paths import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    data = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
+    cfg = parse_config(data, build_plugin_host().registry)
+    limit = first_prompt_limit(cfg, tokenizer)  # the tiny model's context of 128, less response_length = 32
+    assert (limit.tokens, limit.why) == (96, "the model's context of 128 - rollout.response_length")
+    rendered = []
+    monkeypatch.setattr(TinyChatRenderer, "render", lambda self, m, t: rendered.append(m) or [])
+    refused = r"every call was refused: the conversation \(100000 characters\) cannot fit the episode's 96 ids"
+    with pytest.raises(EpisodeFailed, match=f"run_episode sampled no turn \\({refused}\\)"):
+        run(agent("huge_request"), tokenizer, prompt_limit=limit)
+    assert rendered == []
+
+
+def test_the_endpoint_refuses_a_body_over_its_limit_with_413():
+    import httpx
+
+    from grpo_run.plugins.environments.agent_server import EpisodeServer
+
+    server = EpisodeServer(max_request_bytes=1000)
+    server.start()
+    try:
+        token = server.open_episode(chat=None, loop=None)  # type: ignore[arg-type]  # never reached
+        url = f"{server.base_url(token)}/chat/completions"
+        body = json.dumps({"messages": [{"role": "user", "content": "7" * 5000}]}).encode()
+        sized = httpx.post(url, content=body, timeout=10)
+        chunked = httpx.post(url, content=iter([body[:600], body[600:]]), timeout=10)  # no Content-Length
+        assert sized.status_code == chunked.status_code == 413
+        message = "the request body is larger than environment.max_request_bytes = 1000 bytes"
+        assert sized.json()["error"]["message"] == f"{message} ({len(body)} bytes)"
+        assert chunked.json()["error"]["message"] == message
+        assert server.close_episode(token).errors == [f"{message} ({len(body)} bytes)", message]  # drops it
+    finally:
+        server.close()
+
+
+def test_a_request_past_the_episodes_calls_in_flight_is_answered_429_at_once():
+    import concurrent.futures
+    import threading
+
+    import httpx
+
+    from grpo_run.plugins.environments.agent_server import EpisodeServer
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    release = asyncio.Event()
+
+    class Waits:
+        async def complete(self, *args, **kwargs):
+            await release.wait()
+            raise EpisodeOver("the episode can take no more turns: done")
+
+    server = EpisodeServer(max_in_flight=1)
+    server.start()
+    try:
+        url = f"{server.base_url(server.open_episode(Waits(), loop))}/chat/completions"
+        body = {"messages": [{"role": "user", "content": "1+1"}]}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, url, json=body, timeout=10)
+            deadline = time.monotonic() + 10
+            while not any(e.in_flight for e in server.episodes.values()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            second = httpx.post(url, json=body, timeout=10)
+            assert second.status_code == 429 and second.json()["error"]["message"] == (
+                "1 requests of this episode are being served already (environment.max_requests_in_flight = 1); "
+                "retry after one is answered")
+            loop.call_soon_threadsafe(release.set)
+            assert first.result().status_code == 200  # the episode over: an empty turn, "length"
+    finally:
+        server.close()
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def test_the_endpoint_listens_on_loopback_only():

@@ -138,3 +138,54 @@ async def never_closes(row: Mapping[str, Any], base_url: str) -> float:
 
 def not_async(row: Mapping[str, Any], base_url: str) -> float:
     return 1.0
+
+
+async def huge_request(row: Mapping[str, Any], base_url: str) -> float:
+    """One request whose user message is 100 KB of digits (a runaway prompt)."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "7" * 100_000}])
+    return 1.0
+
+
+AT_ONCE: list[Any] = []
+"""What each request of :func:`thousand_at_once` got: a response or the exception (tests read it)."""
+AT_ONCE_COUNT = 1000
+"""How many requests :func:`thousand_at_once` sends (tests send fewer)."""
+
+
+async def thousand_at_once(row: Mapping[str, Any], base_url: str) -> float:
+    """1000 requests of one episode at once (``asyncio.gather``), each on a connection of its own."""
+    import httpx
+    from openai import AsyncOpenAI
+
+    limits = httpx.Limits(max_connections=AT_ONCE_COUNT, max_keepalive_connections=0)
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0,
+                           http_client=httpx.AsyncClient(limits=limits, timeout=60)) as client:
+        got = await asyncio.gather(*(client.chat.completions.create(model="policy", messages=question(row))
+                                     for _ in range(AT_ONCE_COUNT)), return_exceptions=True)
+    AT_ONCE[:] = got
+    return 1.0
+
+
+PARALLEL: list[Any] = []
+"""The two sub-query responses of :func:`parallel_subqueries` (tests read them)."""
+
+
+async def parallel_subqueries(row: Mapping[str, Any], base_url: str) -> float:
+    """Asks the question, then two follow-ups after the same history at once (``asyncio.gather``,
+    as agent frameworks do for parallel sub-queries), then a last request after the first of them."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        messages = question(row)
+        first = await client.chat.completions.create(model="policy", messages=messages)
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        branches = [messages + [{"role": "user", "content": q}] for q in ("1+1", "2+2")]
+        PARALLEL[:] = await asyncio.gather(*(client.chat.completions.create(model="policy", messages=b)
+                                             for b in branches))
+        branches[0].append(PARALLEL[0].choices[0].message.model_dump(exclude_none=True))
+        branches[0].append({"role": "user", "content": "3+3"})
+        await client.chat.completions.create(model="policy", messages=branches[0])
+    return 1.0

@@ -235,7 +235,21 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
     if note is not None and notes is not None:
         notes.append(note)
     renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
-    return EpisodeRunner(environment, renderer, engine, env, params)
+    return EpisodeRunner(environment, renderer, engine, env, params,
+                         prompt_limit=first_prompt_limit(cfg, tokenizer))
+
+
+def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:
+    """The longest first prompt of a driven episode: its segment (the prompt and the episode's
+    ``rollout.response_length``) must fit a packed row and the model's context."""
+    from grpo_run.core.rollout.chat_session import PromptLimit
+
+    budget = cfg.rollout.response_length
+    tokens, why = cfg.algorithm.pack_length - budget, "algorithm.pack_length - rollout.response_length"
+    context = getattr(tokenizer, "model_max_length", None)
+    if isinstance(context, int) and cfg.data.max_prompt_token_length <= context - budget < tokens:  # unset: 1e30
+        tokens, why = context - budget, f"the model's context of {context} - rollout.response_length"
+    return PromptLimit.of(tokens, why, tokenizer)
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

@@ -14,14 +14,22 @@ the episode token-in/token-out:
 
 Budgets are the runner's: ``max_turns`` calls, ``max_tokens_per_turn`` new ids a call, all sampled
 and appended ids within the episode's budget (``rollout.response_length``; a new segment's prompt
-may not outgrow the first prompt plus that budget). A turn cut by the episode's budget ends the
-episode and carries no tool calls. A call the episode cannot take raises :class:`EpisodeOver`.
+may not outgrow the first prompt plus that budget, and the first prompt not its
+:class:`PromptLimit`). A turn cut by the episode's budget ends the episode and carries no tool
+calls. A call the episode cannot take raises :class:`EpisodeOver`.
+
+Concurrent calls of one episode (an agent's ``asyncio.gather`` of sub-queries) are serialised: a
+call counts against ``max_turns`` when it starts, then waits for the calls before it, and renders
+and extends the ids only once they are recorded. So every turn is recorded after exactly the ids
+it was sampled after (a parallel branch that does not extend them starts a new segment), and the
+budgets hold whatever the concurrency.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,14 +46,20 @@ class ChatSession:
     """One episode's handle on the policy (implements :class:`~grpo_run.Chat`)."""
 
     def __init__(self, renderer: Renderer, batcher: TurnBatcher, settings: EnvironmentSlot,
-                 sampling: SamplingParams, seed: int, sample: int) -> None:
+                 sampling: SamplingParams, seed: int, sample: int, *,
+                 prompt_limit: PromptLimit | None = None) -> None:
         self.renderer = renderer
         self.batcher = batcher
         self.settings = settings
         self.sampling = sampling
         """The episode's sampling; ``max_new_tokens`` is its total budget."""
         self.key = (seed, sample)
+        self.limit = prompt_limit or PromptLimit(None)
         self.calls = 0
+        """Turns sampled."""
+        self.started = 0
+        """Calls started (counted against ``max_turns`` before they wait for the ones before them)."""
+        self._turn_lock = asyncio.Lock()
         self.used = 0
         """Sampled and appended ids so far."""
         self.budget = sampling.max_new_tokens
@@ -66,12 +80,29 @@ class ChatSession:
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSchema] = (), *,
                        max_tokens: int | None = None, stop: Sequence[str] | None = None) -> ChatTurn:
-        if self.over is None and self.calls >= self.settings.max_turns:
-            self._end(f"environment.max_turns = {self.settings.max_turns} calls were made")
-        if self.over is not None:
-            raise EpisodeOver(f"the episode can take no more turns: {self.over}")
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        self._check_open()
+        if self.started >= self.settings.max_turns:  # the calls started before it may still take their turns
+            raise EpisodeOver(f"the episode can take no more turns: environment.max_turns = "
+                              f"{self.settings.max_turns} calls were made")
+        self.started += 1
+        async with self._turn_lock:  # one turn at a time: each renders after the one before is recorded
+            self._check_open()
+            return await self._turn(messages, tools, max_tokens, stop)
+
+    def _check_open(self) -> None:
+        if self.over is not None:
+            raise EpisodeOver(f"the episode can take no more turns: {self.over}")
+
+    async def _turn(self, messages: Sequence[Message], tools: Sequence[ToolSchema], max_tokens: int | None,
+                    stop: Sequence[str] | None) -> ChatTurn:
+        cap = self.prompt_cap if self.open is not None else self.limit.tokens
+        chars = sum(len(m["content"]) for m in messages
+                    if isinstance(m, Mapping) and isinstance(m.get("content"), str))
+        if cap is not None and self.limit.surely_longer(chars, cap):  # refused before tokenising it
+            self._end(f"the conversation ({chars} characters) cannot fit the episode's {cap} ids")
+            self._check_open()
         ids = self.renderer.render(list(messages), list(tools))
         self._extend(ids)
         seg = self.open
@@ -108,6 +139,10 @@ class ChatSession:
         """Continue the open segment with the ids past its end, or start a new one from ``ids``."""
         seg = self.open
         if seg is None:
+            if self.limit.tokens is not None and len(ids) > self.limit.tokens:
+                limit = self.limit
+                self._end(f"the first prompt ({len(ids)} ids) is longer than {limit.tokens} ids ({limit.why})")
+                self._check_open()
             self.open = OpenSegment(list(ids))
             self.prompt_cap = len(ids) + self.budget
             return
@@ -141,3 +176,27 @@ class ChatSession:
         if self.open is not None and self.open.ids:
             out.append(self.open.close())
         return out
+
+
+@attrs.frozen
+class PromptLimit:
+    """The longest first prompt an episode may start from (``None``: no limit), and a cheap test
+    that refuses a conversation far past a limit before it is tokenised."""
+
+    tokens: int | None
+    why: str = ""
+    """The settings the limit comes from (for messages)."""
+    longest_token: int | None = None
+    """Characters of the tokenizer's longest token (``None``: unknown, no cheap test)."""
+
+    @classmethod
+    def of(cls, tokens: int | None, why: str, tokenizer: Any) -> PromptLimit:
+        vocab = getattr(tokenizer, "get_vocab", None)
+        longest = max((len(t) for t in vocab()), default=None) if callable(vocab) else None
+        return cls(tokens, why, longest)
+
+    def surely_longer(self, chars: int, cap: int) -> bool:
+        """Messages of ``chars`` characters need more than ``cap`` ids, whatever the tokenizer makes
+        of them: an id covers at most ``longest_token`` characters (times 4 for what a normaliser
+        may merge)."""
+        return self.longest_token is not None and chars > 4 * self.longest_token * cap

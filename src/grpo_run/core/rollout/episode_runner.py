@@ -33,7 +33,7 @@ from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
 from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, EpisodeResult, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.rollout.chat_session import ChatSession
+from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
@@ -61,6 +61,7 @@ class EpisodeRunner:
         params: SamplingParams,
         *,
         pool: DaemonThreadPool | None = None,
+        prompt_limit: PromptLimit | None = None,
     ) -> None:
         self.env = env
         self.renderer = renderer
@@ -70,6 +71,8 @@ class EpisodeRunner:
         """Sampling of a turn; ``max_new_tokens`` is the episode's total budget."""
         self.pool = pool if pool is not None else DaemonThreadPool(settings.workers)
         self.batcher = TurnBatcher(engine)
+        self.prompt_limit = prompt_limit
+        """The longest first prompt of a driven episode (``None``: no limit)."""
         self._monitor = StepMonitor()
 
     def close(self) -> None:
@@ -226,7 +229,8 @@ class EpisodeRunner:
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
         """An environment that drives its own conversation: ``run_episode`` with a chat session."""
-        chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample)
+        chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample,
+                           prompt_limit=self.prompt_limit)
         started = time.perf_counter()
         tracked = Tracked(self.env.run_episode(row, seed, chat), "environment run_episode", self._monitor)
         try:
@@ -244,7 +248,8 @@ class EpisodeRunner:
             raise EpisodeFailed(f"run_episode returned {result!r:.200}, not an EpisodeResult with a finite reward")
         segments = chat.finished_segments()
         if not segments:
-            raise EpisodeFailed("run_episode sampled no turn (chat.complete was never called): nothing to train on")
+            why = f"every call was refused: {chat.over}" if chat.over else "chat.complete was never called"
+            raise EpisodeFailed(f"run_episode sampled no turn ({why}): nothing to train on")
         metrics = dict(chat.metrics)
         metrics["env_s"] = time.perf_counter() - started - metrics["generation_s"]
         for key, value in result.metrics.items():

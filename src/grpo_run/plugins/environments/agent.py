@@ -55,6 +55,11 @@ class AgentConfig:
     function: str = attrs.field(validator=_importable)
     """``"module:function"``: an ``async def f(row, base_url) -> float`` (importable: installed,
     or its directory on ``PYTHONPATH``)."""
+    max_request_bytes: int = attrs.field(default=1 << 20, validator=attrs.validators.gt(0))
+    """A request body larger than this is answered with HTTP 413 and drops the episode."""
+    max_requests_in_flight: int = attrs.field(default=16, validator=attrs.validators.gt(0))
+    """Requests of one episode served at once (they take their turns one by one); one more is
+    answered with HTTP 429 at once (OpenAI clients retry it)."""
 
 
 class AgentEnvironment:
@@ -68,7 +73,7 @@ class AgentEnvironment:
 
         self.config = config
         self.function = load_agent_function(config.function)
-        self.server = EpisodeServer()
+        self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight)
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult:
         if self.server.port == 0:

@@ -9,6 +9,10 @@ Each episode registers itself and gets its own base URL,
 ``http://127.0.0.1:<port>/episodes/<token>/v1``; a request under it is answered by that episode's
 :class:`grpo_run.Chat`, awaited on the event loop the episode runs on. Routes:
 ``GET .../v1/models`` and ``POST .../v1/chat/completions`` (no streaming, ``n = 1``).
+
+Bounded whatever the agent sends: a body over ``max_request_bytes`` is answered 413 (read no
+further), a request while ``max_in_flight`` of its episode are being served 429 (before its body
+is read), and the episode's chat serialises the rest and counts them against its budgets.
 """
 
 from __future__ import annotations
@@ -32,7 +36,11 @@ MODEL_ID = "policy"
 
 
 class BadRequest(ValueError):
-    """A request the endpoint cannot serve: answered with HTTP 400 and the message."""
+    """A request the endpoint cannot serve: answered with HTTP 400 (or ``status``) and the message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @attrs.define
@@ -47,13 +55,17 @@ class EpisodeEntry:
     errors: list[str] = attrs.Factory(list)
     """Malformed requests (each also answered with HTTP 400)."""
     requests: int = 0
+    in_flight: int = 0
+    """Requests being served now (read, parsed or waiting for their turn)."""
     pending: set[concurrent.futures.Future] = attrs.Factory(set)
 
 
 class EpisodeServer:
     """The endpoint, started on first use; ``base_url(token)`` per episode."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_request_bytes: int = 1 << 20, max_in_flight: int = 16) -> None:
+        self.max_request_bytes = max_request_bytes
+        self.max_in_flight = max_in_flight
         self.episodes: dict[str, EpisodeEntry] = {}
         self._lock = threading.Lock()
         self._server: Any = None
@@ -70,6 +82,7 @@ class EpisodeServer:
             if self._server is None:
                 import uvicorn
 
+                _lift_open_file_limit()
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sock.bind(("127.0.0.1", 0))  # loopback only; a free port
                 sock.listen(128)
@@ -134,15 +147,28 @@ class EpisodeServer:
         if entry is None:
             return _error(404, "no such episode (it has ended)")
         entry.requests += 1
+        if entry.in_flight >= self.max_in_flight:  # answered before its body is read
+            return _error(429, f"{entry.in_flight} requests of this episode are being served already "
+                               f"(environment.max_requests_in_flight = {self.max_in_flight}); "
+                               f"retry after one is answered")
+        entry.in_flight += 1
+        try:
+            return await self._serve(request, token, entry)
+        finally:
+            entry.in_flight -= 1
+
+    async def _serve(self, request: Any, token: str, entry: EpisodeEntry) -> Any:
+        from starlette.responses import JSONResponse
+
         try:
             try:
-                body = json.loads(await request.body())
+                body = json.loads(await _read_body(request, self.max_request_bytes))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise BadRequest(f"the body is not JSON: {exc}") from None
             call = parse_request(body, entry.served)
         except BadRequest as exc:
             entry.errors.append(str(exc))
-            return _error(400, str(exc))
+            return _error(exc.status, str(exc))
         future = asyncio.run_coroutine_threadsafe(_complete(entry.chat, call), entry.loop)
         entry.pending.add(future)
         try:
@@ -158,6 +184,20 @@ class EpisodeServer:
                                           entry.served))
 
 
+def _lift_open_file_limit() -> None:
+    """Each connection to the endpoint costs the trainer two descriptors (the agent's end and
+    ours): lift the soft limit to the hard one, as vLLM and Ray do (1024 is a common soft limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass  # as it was
+
+
 async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:
     try:
         return await chat.complete(call["messages"], call["tools"], max_tokens=call["max_tokens"], stop=call["stop"])
@@ -165,10 +205,27 @@ async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:
         return None  # answered as an empty turn cut at the length limit
 
 
+async def _read_body(request: Any, limit: int) -> bytes:
+    """The body, read no further than ``limit`` bytes (:class:`BadRequest` 413 past it)."""
+    too_large = f"the request body is larger than environment.max_request_bytes = {limit} bytes"
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise BadRequest(f"{too_large} ({int(length)} bytes)", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BadRequest(too_large, 413)
+    return bytes(body)
+
+
+_ERROR_TYPES = {404: "not_found_error", 429: "rate_limit_error"}
+
+
 def _error(status: int, message: str) -> Any:
     from starlette.responses import JSONResponse
 
-    kind = "invalid_request_error" if status == 400 else "not_found_error"
+    kind = _ERROR_TYPES.get(status, "invalid_request_error")
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status)
 
 
