@@ -188,3 +188,47 @@ def test_the_time_limit_abandons_a_batch_being_generated_and_keeps_its_draw_for_
     assert state.version == learner.steps == 2 and [e.step for e in recorder.events] == [1, 2]
     assert state.cut_short == ("generation",)
     assert loop.resume_rollout_state() == {"sampler": {"next": 2}}  # batch 3 is drawn again after a resume
+
+
+def test_the_loop_threads_own_torch_calls_use_one_intra_op_thread_and_the_setting_comes_back() -> None:
+    """A multi-threaded torch call on the event loop's thread starts a second OpenMP pool, and
+    GNU OpenMP then makes every pool's idle threads sleep almost at once: generation and the
+    learner lost 30% on 2 cores (bench-small). The loop's own calls run on one thread."""
+    import torch
+
+    seen: list[int] = []
+
+    class Watching(FakeProducer):
+        async def produce(self, index: int) -> RolloutBatch:
+            seen.append(torch.get_num_threads())  # on the loop's thread, like group statistics
+            return await super().produce(index)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine = FakeEngine()
+        loop = TrainingLoop(LoopParts(Watching(engine), FakeLearner(), engine), LoopSettings(total_steps=2), [])
+        asyncio.run(loop.run())
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_group_statistics_start_no_thread_pool() -> None:
+    """``max(dim)`` (values and indices) enters an OpenMP region even for 16 x 8 rewards; the spread
+    test uses ``amax`` / ``amin``, which do not. Run in a fresh interpreter: a pool, once started,
+    stays."""
+    import subprocess
+    import sys
+
+    code = ("import os, torch\n"
+            "torch.set_num_threads(2)\n"
+            "from grpo_run.core.rollout.advantages import group_advantages, groups_with_spread\n"
+            "r = torch.rand(16, 8, dtype=torch.float64)\n"
+            "before = len(os.listdir('/proc/self/task'))\n"
+            "groups_with_spread(r); group_advantages(r)\n"
+            "print(len(os.listdir('/proc/self/task')) - before)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"

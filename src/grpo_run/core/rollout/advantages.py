@@ -86,5 +86,5 @@ def groups_with_spread(rewards: torch.Tensor) -> torch.Tensor:
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, G], got shape {tuple(rewards.shape)}")
     r = rewards if rewards.is_floating_point() else rewards.double()
-    high, low = r.max(dim=1).values, r.min(dim=1).values
+    high, low = r.amax(dim=1), r.amin(dim=1)  # not max(dim): with indices it runs an OpenMP region
     return (high - low) > SPREAD_ATOL + SPREAD_RTOL * torch.maximum(high.abs(), low.abs())
