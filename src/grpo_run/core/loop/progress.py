@@ -116,6 +116,7 @@ class RunProgress:
         self.eval_accuracy: float | None = None
         self.eta = Eta(total_steps, max_runtime_s, clock)
         self.signal = SignalWatch(total_steps, temperature, group_size)
+        self._said_skipped_updates = False
         self._progress: Progress | None = None
         if self.live:
             self._progress = Progress(
@@ -158,6 +159,10 @@ class RunProgress:
         warning = self.signal.add(step, metrics)
         if warning:
             self.warning(warning)
+        skipped = metrics.get("optim/skipped_updates", 0.0)
+        if skipped and not self._said_skipped_updates:  # once: a run of them would flood the console
+            self._said_skipped_updates = True
+            self.warning(skipped_updates_note(step, skipped))
 
     def summarize(self, lines: list[str]) -> None:
         """Close the no-signal window (a warning comes before the summary), then print ``lines``."""
@@ -174,6 +179,14 @@ class RunProgress:
         warning = self.signal.flush()
         if warning:
             self.warning(warning)
+
+
+def skipped_updates_note(step: int, skipped: float) -> str:
+    """The one line that says the learner dropped non-finite updates (said once per run)."""
+    updates = "update" if skipped == 1 else "updates"
+    return (f"step {step}: the learner skipped {skipped:g} {updates}: the loss or its gradient was not finite "
+            f"(NaN or inf), so the weights were left as they were; later skips are counted in "
+            f"optim/skipped_updates (metrics.jsonl), not shown")
 
 
 def time_limit_note(limit_s: float, steps: int, total: int, checkpoint: Path | None,
