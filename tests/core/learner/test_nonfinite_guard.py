@@ -1,7 +1,8 @@
 """The learner's guard against non-finite updates: a mini-batch whose loss or gradient is NaN or
 inf is not applied (weights and optimizer state unchanged), counted in ``optim/skipped_updates``,
 and the LR schedule still advances; the next finite mini-batch trains as usual. Over two ranks
-(ddp): the ranks agree, and the run equals one process that skipped the same update."""
+(ddp; fsdp2 and DeepSpeed ZeRO-2/3 are heavy): the ranks agree, and the run equals one process that
+skipped the same update."""
 
 from __future__ import annotations
 
@@ -86,16 +87,24 @@ def test_a_non_finite_gradient_from_a_finite_loss_is_not_applied() -> None:
 
 
 @pytest.mark.slow  # two learner processes: ~20 s on 2 busy cores
-def test_ddp_ranks_skip_together_like_one_process(tmp_path) -> None:
+@pytest.mark.parametrize(("strategy", "stage"), [
+    ("ddp", None),
+    pytest.param("fsdp2", None, marks=pytest.mark.heavy),
+    pytest.param("deepspeed", 2, marks=pytest.mark.heavy),
+    pytest.param("deepspeed", 3, marks=pytest.mark.heavy),
+])
+def test_ranks_skip_together_like_one_process(tmp_path, strategy, stage) -> None:
     # Rank 0's loss is NaN on its first call only; rank 1's is finite. Both ranks must skip that
     # update, and end where one process that skipped it ends.
+    if strategy == "deepspeed":
+        pytest.importorskip("deepspeed")
     model_dir = save_tiny_model(tmp_path / "model")
     spec = strategy_spec(model_dir)
     poisoned = ComponentSpec(PoisonedLoss, PoisonedLoss.Config(calls=(1,), rank="0"))
     spec = attrs.evolve(spec, loss=poisoned)
     one = build_learner(attrs.evolve(spec, loss=ComponentSpec(PoisonedLoss, PoisonedLoss.Config(calls=(1,)))))
     want = [one.train_step(batch) for batch in rollout_batches()]
-    group = start_local_ranks(spec, learner_section("ddp"), seed=1)
+    group = start_local_ranks(spec, learner_section(strategy, stage), seed=1)
     try:
         got = [group.train_step(batch) for batch in rollout_batches()]
         snapshot = group.weights_snapshot()
