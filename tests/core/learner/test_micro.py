@@ -32,13 +32,13 @@ class RecordingStrategy(Strategy):
         self.gradients: list[list[torch.Tensor]] = []
         self.forward_tokens: list[int] = []
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, bool]:
         self.gradients.append([p.grad.detach().clone() for p in self.policy.parameters()])
         norm = self._clip_gradients()
         with torch.no_grad():
             for p in self.policy.parameters():
                 p.add_(p.grad, alpha=-0.05 / max(1.0, norm))  # a step of at most 0.05
-        return norm
+        return norm, True
 
 
 def _run(budget: int, steps: int = 2, **algorithm) -> tuple[RecordingStrategy, list[dict[str, float]]]:

@@ -1,5 +1,6 @@
 """The episode producer: groups of episodes scored like completions, environment rewards added,
-a failing environment dropped and counted (never fatal unless the error rate says so)."""
+a failing environment dropped and counted (fatal only when the error rate says so, or when every
+episode of a batch failed)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 
 import pytest
 
+from grpo_run import EnvStep
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.errors import RunError
 from grpo_run.core.plugins.types import SamplingParams
@@ -91,16 +93,41 @@ def test_episodes_carry_their_returns_to_go_per_turn_when_asked(tokenizer, granu
     assert {e.returns for g in batch.groups for e in g.completions} == {returns}
 
 
+class BrokenButForRowR0(ScriptedEnv):
+    """``fail`` breaks the steps of every row but ``r0``, whose episodes end at their first turn."""
+
+    def reset(self, row, seed):
+        out = super().reset(row, seed)
+        out.state["healthy"] = row["id"] == "r0"
+        return out
+
+    def step(self, state, action):
+        return EnvStep((), self.reward, True) if state["healthy"] else super().step(state, action)
+
+
 @pytest.mark.parametrize("fail", ["raise", "hang", "garbage"])
 def test_a_failing_environment_is_a_counted_drop_not_a_crash(tokenizer, fail):
-    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, fail=fail, hang_s=3.0)
+    env = BrokenButForRowR0({"calculator": CalculatorTool(CalculatorConfig())}, fail=fail, hang_s=3.0)
     prod = producer(tokenizer, env, step_timeout_s=0.5)
     batch = asyncio.run(asyncio.wait_for(prod.produce(1), 60))
     prod.close()
-    assert batch.groups == []
-    assert batch.scoring_metrics["env/error_rate"] == 1.0
-    assert batch.scoring_metrics["env/timeout_rate"] == (1.0 if fail == "hang" else 0.0)
+    assert [g.row["id"] for g in batch.groups] == ["r0"]
+    assert batch.scoring_metrics["env/error_rate"] == pytest.approx(2 / 3)
+    assert batch.scoring_metrics["env/timeout_rate"] == pytest.approx(2 / 3 if fail == "hang" else 0.0)
+    assert batch.failure is not None and batch.failure.startswith("environment 'scripted' failed (first failure, row 'r")
     assert env.closed == 3 * G  # close ran for every episode, failed or not
+
+
+def test_a_batch_whose_every_episode_failed_stops_the_run(tokenizer):
+    # Below any error-rate rule: nothing to train on means the environment is broken.
+    env = ScriptedEnv({"calculator": CalculatorTool(CalculatorConfig())}, fail="raise")
+    prod = producer(tokenizer, env)
+    with pytest.raises(RunError, match=r"^step 1: all 12 episodes failed, so there is nothing to train on: "
+                                       r"environment 'scripted' failed \(first failure, row 'r\d'\): environment step "
+                                       r"raised RuntimeError: the environment broke\. Fix the environment"):
+        asyncio.run(prod.produce(1))
+    prod.close()
+    assert env.closed == 3 * G
 
 
 def test_too_many_failing_episodes_stop_the_run_through_the_error_rate_rule(tokenizer):
@@ -138,16 +165,40 @@ def test_driven_episodes_are_scored_and_their_rewards_add(tokenizer):
     assert batch.scoring_metrics["env/turns_mean"] == 2 and batch.scoring_metrics["env/calls"] == 2
 
 
-@pytest.mark.parametrize("fail", ["raise", "hang"])
-def test_a_failing_driven_environment_is_a_counted_drop(tokenizer, fail):
-    env = DrivenCalcEnv(CalculatorTool(CalculatorConfig()), fail=fail, hang_s=30.0)
+class DrivenButForRowR0:
+    """A broken driven environment whose row ``r0`` runs on a healthy one."""
+
+    name = "driven"
+    Config = DrivenCalcEnv.Config
+
+    def __init__(self, broken: DrivenCalcEnv, healthy: DrivenCalcEnv) -> None:
+        self.broken, self.healthy = broken, healthy
+
+    async def run_episode(self, row, seed, chat):
+        return await (self.healthy if row["id"] == "r0" else self.broken).run_episode(row, seed, chat)
+
+
+def test_a_failing_driven_environment_is_a_counted_drop(tokenizer):
+    tool = CalculatorTool(CalculatorConfig())
+    env = DrivenButForRowR0(DrivenCalcEnv(tool, fail="raise"), DrivenCalcEnv(tool))
     prod = producer(tokenizer, env)
-    prod.runner.settings = EnvironmentSlot("driven", episode_timeout_s=0.5)
+    prod.runner.settings = EnvironmentSlot("driven", episode_timeout_s=5.0)
     batch = asyncio.run(asyncio.wait_for(prod.produce(1), 60))
     prod.close()
-    assert batch.groups == []
-    assert batch.scoring_metrics["env/error_rate"] == 1.0
-    assert batch.scoring_metrics["env/timeout_rate"] == (1.0 if fail == "hang" else 0.0)
+    assert [g.row["id"] for g in batch.groups] == ["r0"]
+    assert batch.scoring_metrics["env/error_rate"] == pytest.approx(2 / 3)
+    assert batch.scoring_metrics["env/timeout_rate"] == 0.0
+
+
+def test_a_hanging_driven_environment_times_out_every_episode_and_stops_the_run(tokenizer):
+    # Every episode runs out of time: the batch has nothing left to train on.
+    env = DrivenCalcEnv(CalculatorTool(CalculatorConfig()), fail="hang", hang_s=30.0)
+    prod = producer(tokenizer, env)
+    prod.runner.settings = EnvironmentSlot("driven", episode_timeout_s=0.5)
+    with pytest.raises(RunError, match=r"^step 1: all 12 episodes failed, .*: the episode ran longer than "
+                                       r"environment\.episode_timeout_s = 0\.5\. Fix the environment"):
+        asyncio.run(asyncio.wait_for(prod.produce(1), 60))
+    prod.close()
 
 
 def test_evaluation_reports_the_environment_rewards_and_metrics(tokenizer):

@@ -13,6 +13,7 @@ import pytest
 import grpo_run
 from grpo_run.cli.main import main
 from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.errors import RunError
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.episode_producer import EpisodeProducer
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
@@ -138,13 +139,15 @@ def test_the_episodes_of_a_group_play_the_same_game(tokenizer, monkeypatch):
 
 
 @pytest.mark.parametrize("fail", ["raise", "garbage"])
-def test_a_broken_game_is_a_counted_drop(tokenizer, fail):
+def test_a_broken_game_fails_every_episode_and_stops_the_run(tokenizer, fail):
+    # Each failed episode is dropped and counted; a batch with no episode left stops the run.
     prod = producer(tokenizer, game_env("support.games:BrokenGame", fail=fail), ["4"])
     try:
-        batch = asyncio.run(asyncio.wait_for(prod.produce(1), 60))
+        with pytest.raises(RunError, match=r"^step 1: all \d+ episodes failed, so there is nothing to train on: "
+                                           r"environment '.*' failed \(first failure, row "):
+            asyncio.run(asyncio.wait_for(prod.produce(1), 60))
     finally:
         prod.close()
-    assert batch.groups == [] and batch.scoring_metrics["env/error_rate"] == 1.0
 
 
 def test_a_game_without_a_seed_and_the_old_four_tuple_step(tokenizer):

@@ -17,6 +17,12 @@ One learner step on a rollout batch:
    forward and backward run in micro-batches of whole rows under ``learner.max_tokens_per_forward``
    (:mod:`grpo_run.core.learner.micro`), the no-grad passes of 2. and 3. under their own budget;
 5. a Polyak reference is moved towards the policy every ``kl.ref_policy_update_freq`` steps.
+
+A mini-batch whose loss or gradient is not finite (NaN or inf: a reward that overflowed, a loss
+plugin's bug) is not applied: the strategy drops its gradient and skips the optimizer step on
+every rank, so the weights and the optimizer state stay as they were. The LR schedule and the
+step count still advance, as in a step whose every group was filtered (:meth:`Learner.skip_step`).
+``optim/skipped_updates`` counts such mini-batches in each step.
 """
 
 from __future__ import annotations
@@ -44,7 +50,10 @@ from grpo_run.core.learner.strategies.sharding import is_idle
 from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack
 
 
-_IDLE_METRICS = ("loss/policy", "loss/total", "loss/kl", "optim/grad_norm", "optim/lr")
+SKIPPED_UPDATES = "optim/skipped_updates"
+"""Mini-batch updates of a step not applied because the loss or the gradient was not finite (a sum
+over the step, not a mean)."""
+_IDLE_METRICS = ("loss/policy", "loss/total", "loss/kl", "optim/grad_norm", "optim/lr", SKIPPED_UPDATES)
 """What an idle batch (a rank with no share of a mini-batch) reports: its zero loss share and the
 optimizer numbers every rank has."""
 
@@ -139,6 +148,7 @@ class Learner:
         self._finish_step()
         elapsed = time.perf_counter() - start
         out = {k: v / counts[k] for k, v in totals.items()}
+        out[SKIPPED_UPDATES] = totals.get(SKIPPED_UPDATES, 0.0)  # a count, not a mean
         trained = [b for b in mini_batches if not is_idle(b)]
         real = sum(b.num_real_tokens for b in trained)
         capacity = sum(b.input_ids.numel() for b in trained)
@@ -159,10 +169,13 @@ class Learner:
     def skip_step(self) -> None:
         """A step with nothing to learn from (every group filtered): the schedule and step count
         still advance, so the LR, the Polyak cadence and checkpoints stay aligned with the loop."""
+        self._advance_schedule()
+        self._finish_step()
+
+    def _advance_schedule(self) -> None:
         with warnings.catch_warnings():  # stepping the schedule without an update is intended here
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
             self.scheduler.step()
-        self._finish_step()
 
     def _finish_step(self) -> None:
         self.steps += 1
@@ -220,11 +233,12 @@ class Learner:
                 )
             if part.rows:  # padding micro-batches (to match other ranks) carry nothing to measure
                 metrics.add(values, part.batch.completion_mask.sum())
-        grad_norm = self.strategy.step()
-        self.scheduler.step()
+        grad_norm, stepped = self.strategy.step()  # a non-finite gradient is dropped, not applied
+        self._advance_schedule()  # with or without the update (see the module docstring)
         out = metrics.result()
         out["optim/grad_norm"] = float(grad_norm)
         out["optim/lr"] = self.scheduler.get_last_lr()[0]
+        out[SKIPPED_UPDATES] = 0.0 if stepped else 1.0
         return out
 
     def _micro_update(
@@ -269,7 +283,7 @@ class Learner:
             kl_loss = normaliser.reduce(self.kl(logprobs, ref), mask, seq_ids, num_seqs)
             total = total + self.beta * kl_loss
             metrics["loss/kl"] = kl_loss.detach()
-        self.strategy.backward(total)
+        self.strategy.backward(nan_gradient_unless_finite(total))
         metrics["loss/policy"] = policy_loss.detach()
         metrics["loss/total"] = total.detach()
         if entropy is not None:  # mean over loss tokens (0 with none)
@@ -302,6 +316,17 @@ class Learner:
         self.steps = int(state["steps"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
+
+
+def nan_gradient_unless_finite(loss: torch.Tensor) -> torch.Tensor:
+    """``loss`` itself when it is finite; otherwise a loss whose gradient is NaN everywhere.
+
+    A loss of ``f + inf`` has the finite gradient of ``f``: without this, an update the loss calls
+    meaningless would still be applied. Made NaN, the gradient's norm is not finite and the
+    strategy drops it (every strategy checks the norm, DeepSpeed inside ZeRO). Multiplying by 1.0
+    changes neither a finite loss nor its gradient, and nothing waits for the device here."""
+    factor = torch.where(torch.isfinite(loss.detach()), torch.ones_like(loss), torch.full_like(loss, float("nan")))
+    return loss * factor
 
 
 def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:

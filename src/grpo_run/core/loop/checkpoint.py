@@ -12,7 +12,10 @@ stale temporary directory is removed at the next start, :mod:`grpo_run.core.loop
 directory and its files get the usual permissions for the umask (``mkdtemp``'s 0700 and
 safetensors' 0600 would hide them from a separate inference-server account). A write that fails because the disk is full raises
 :class:`CheckpointWriteError`, one line with the path and the free space; ``latest`` still names
-the previous checkpoint.
+the previous checkpoint. Weights that are not finite (a NaN or inf in any tensor of the written
+model) are never made a checkpoint: the write is abandoned with
+:class:`NonFiniteWeightsError`, ``latest`` still names the previous checkpoint, and the run stops
+(a policy that is not finite only generates garbage; see docs/reliability.md).
 
 Reading: :func:`find_checkpoint` checks a checkpoint against its manifest and, given a run or
 checkpoints directory, falls back to the newest *valid* checkpoint, reporting the damaged ones.
@@ -51,6 +54,11 @@ class CheckpointWriteError(RunError):
     """A checkpoint could not be written (e.g. the disk is full); the previous one is untouched."""
 
 
+class NonFiniteWeightsError(CheckpointWriteError):
+    """The policy to checkpoint holds NaN or inf weights: nothing was written, the previous
+    checkpoint is still ``latest``."""
+
+
 def save_checkpoint(
     dest: Path,
     model: torch.nn.Module,
@@ -76,6 +84,9 @@ def save_checkpoint(
             (tmp / "grpo_run.json").write_text(json.dumps(dict(info), indent=2, default=str))
         if write_extra is not None:
             write_extra(tmp)
+        poisoned = nonfinite_tensors(tmp)
+        if poisoned:
+            raise NonFiniteWeightsError(_nonfinite_problem(dest, poisoned))
         _readable_like(tmp)
         write_manifest(tmp)
         old = None
@@ -89,12 +100,47 @@ def save_checkpoint(
             shutil.rmtree(old, ignore_errors=True)
         _write_atomically(dest.parent / LATEST, dest.name + "\n")
     except BaseException as exc:
-        problem = _disk_full_problem(exc, dest, tmp) if isinstance(exc, Exception) else None
+        full = isinstance(exc, Exception) and not isinstance(exc, NonFiniteWeightsError)
+        problem = _disk_full_problem(exc, dest, tmp) if full else None
         shutil.rmtree(tmp, ignore_errors=True)
         if problem is not None:
             raise CheckpointWriteError(problem) from exc
         raise
     return dest
+
+
+def nonfinite_tensors(directory: Path) -> dict[str, int]:
+    """``{"<file>:<tensor>": number of NaN/inf values}`` over every ``*.safetensors`` file under
+    ``directory`` (the model as written, whoever gathered it); empty when all are finite. Reads
+    one tensor at a time."""
+    from safetensors import safe_open
+
+    out: dict[str, int] = {}
+    for path in sorted(directory.rglob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as fh:
+            for name in fh.keys():
+                tensor = fh.get_tensor(name)
+                if tensor.is_floating_point() and tensor.numel() and not _finite(tensor):
+                    out[f"{path.relative_to(directory)}:{name}"] = int(tensor.numel() - torch.isfinite(tensor).sum())
+    return out
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """Whether every value is finite: max and min propagate NaN and reach +-inf. Two reductions
+    allocate nothing, where ``isfinite(t)`` makes a copy of every tensor (several times slower)."""
+    return bool(torch.isfinite(tensor.amax())) and bool(torch.isfinite(tensor.amin()))
+
+
+def _nonfinite_problem(dest: Path, poisoned: Mapping[str, int]) -> str:
+    first = next(iter(poisoned))
+    latest = dest.parent / LATEST
+    previous = latest.read_text().strip() if latest.is_file() else None
+    kept = f"{previous} is still the latest checkpoint" if previous else "no earlier checkpoint exists"
+    return (
+        f"checkpoint {dest} not written: the policy's weights are not finite (NaN or inf in {len(poisoned)} "
+        f"tensor{'s' if len(poisoned) != 1 else ''}, first {first}: {poisoned[first]} values); {kept}; a policy that is not finite only generates "
+        f"garbage, so the run stops"
+    )
 
 
 def write_manifest(directory: Path) -> None:

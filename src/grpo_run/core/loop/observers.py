@@ -142,7 +142,7 @@ class ConsoleProgress:
         self.progress = progress
 
     def on_step(self, event: StepEvent) -> None:
-        self.progress.update(event.step, event.metrics)
+        self.progress.update(event.step, event.metrics, event.batch.failure if event.batch is not None else None)
         if event.step == 0 and "eval/accuracy" in event.metrics:
             self.progress.message(f"starting eval/accuracy {event.metrics['eval/accuracy']:.3f}")
         get_logger().info("step", step=event.step, **{k: float(v) for k, v in event.metrics.items()})

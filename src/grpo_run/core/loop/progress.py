@@ -69,21 +69,36 @@ class SignalWatch:
         self.temperature = temperature
         self.group_size = group_size
         self.steps: list[tuple[int, bool, Mapping[str, float]]] = []
+        self.failure: str | None = None
+        """The window's first failed episode (environment, row, error), if any failed."""
 
-    def add(self, step: int, metrics: Mapping[str, float]) -> str | None:
-        """Record a finished step; a warning text when it closes a window with too many skipped."""
+    def add(self, step: int, metrics: Mapping[str, float], failure: str | None = None) -> str | None:
+        """Record a finished step (``failure``: its batch's first failed episode); a warning text
+        when it closes a window with too many skipped."""
         if step == 0:
             return None
         self.steps.append((step, metrics.get("rollout/sequences_trained") == 0.0, dict(metrics)))
+        self.failure = self.failure or failure
         return self.flush() if len(self.steps) >= self.window else None
 
     def flush(self) -> str | None:
         """Close the current window (also at the end of a run, for a partial one of 2+ steps)."""
         steps, self.steps = self.steps, []
+        failure, self.failure = self.failure, None
         skipped = [m for _, was_skipped, m in steps if was_skipped]
         if not steps or len(steps) < min(2, self.window) or 2 * len(skipped) <= len(steps):
             return None
         first, last = steps[0][0], steps[-1][0]
+        failed = [m for m in skipped if m.get("env/error_rate", 0.0) > 0]
+        if failed and failure is not None:  # groups were dropped for failed episodes: not the reward's fault
+            episodes = sum(m.get("env/episodes", 0.0) for m in failed)
+            errors = sum(m.get("env/error_rate", 0.0) * m.get("env/episodes", 0.0) for m in failed)
+            return (
+                f"{len(skipped)} of the last {len(steps)} steps ({first}-{last}) were skipped: {failure}; "
+                f"{errors:.0f} of the {episodes:.0f} episodes of those steps failed, and a group with a failed "
+                f"episode is dropped, so no group was left to learn from. Fix the environment (log.jsonl has "
+                f"every failure)."
+            )
         return (
             f"{len(skipped)} of the last {len(steps)} steps ({first}-{last}) were skipped: in every group all "
             f"completions of a prompt got the same reward, so there was nothing to learn. Likely causes: "
@@ -116,6 +131,7 @@ class RunProgress:
         self.eval_accuracy: float | None = None
         self.eta = Eta(total_steps, max_runtime_s, clock)
         self.signal = SignalWatch(total_steps, temperature, group_size)
+        self._said_skipped_updates = False
         self._progress: Progress | None = None
         if self.live:
             self._progress = Progress(
@@ -138,7 +154,8 @@ class RunProgress:
         """``warning: <text>``, the label styled, the text literal (secrets masked)."""
         self.console.print(Text.assemble(("warning:", "yellow"), " ", mask_secrets(text)), soft_wrap=True)
 
-    def update(self, step: int, metrics: Mapping[str, float]) -> None:
+    def update(self, step: int, metrics: Mapping[str, float], failure: str | None = None) -> None:
+        """Show a finished step (``failure``: its batch's first failed episode, for the no-signal warning)."""
         if "eval/accuracy" in metrics:
             self.eval_accuracy = metrics["eval/accuracy"]
         if step == 0:
@@ -155,9 +172,13 @@ class RunProgress:
             self._progress.update(self._task, completed=step, info=info, eta=eta)
         elif step % 10 == 0 or "eval/accuracy" in metrics or step == self.total:
             self.console.print(f"step {step}/{self.total}  {info}  {eta}", markup=False, highlight=False)
-        warning = self.signal.add(step, metrics)
+        warning = self.signal.add(step, metrics, failure)
         if warning:
             self.warning(warning)
+        skipped = metrics.get("optim/skipped_updates", 0.0)
+        if skipped and not self._said_skipped_updates:  # once: a run of them would flood the console
+            self._said_skipped_updates = True
+            self.warning(skipped_updates_note(step, skipped))
 
     def summarize(self, lines: list[str]) -> None:
         """Close the no-signal window (a warning comes before the summary), then print ``lines``."""
@@ -174,6 +195,14 @@ class RunProgress:
         warning = self.signal.flush()
         if warning:
             self.warning(warning)
+
+
+def skipped_updates_note(step: int, skipped: float) -> str:
+    """The one line that says the learner dropped non-finite updates (said once per run)."""
+    updates = "update" if skipped == 1 else "updates"
+    return (f"step {step}: the learner skipped {skipped:g} {updates}: the loss or its gradient was not finite "
+            f"(NaN or inf), so the weights were left as they were; later skips are counted in "
+            f"optim/skipped_updates (metrics.jsonl), not shown")
 
 
 def time_limit_note(limit_s: float, steps: int, total: int, checkpoint: Path | None,

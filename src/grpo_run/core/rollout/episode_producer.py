@@ -5,7 +5,9 @@ episodes of each row through an :class:`EpisodeRunner`; scoring, refills and rew
 the parent's. The G episodes of a group share the row and one initial-state seed; the seed is
 drawn from the run seed and a counter saved in the rollout state, so a resumed run draws the same
 episodes. A group with a failed episode is dropped (its other samples would bias the group
-statistics) and counted; too many failures stop the run through the scorer's error-rate rule.
+statistics) and counted; too many failures stop the run through the scorer's error-rate rule, and
+so does a batch whose every episode failed (there is nothing to train on: the environment is
+broken, not the reward), with the environment and the first failure named.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from grpo_run.core.errors import RunError
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.core.rollout.episodes import Episode, combine_rewards, derive_seed, returns_to_go, success_bar
 from grpo_run.core.rollout.producer import RolloutProducer
@@ -38,6 +41,7 @@ class EpisodeProducer(RolloutProducer):
         self.guard = guard
         self.groups_drawn = 0
         self._env_stats: dict[int, list[dict[str, float]]] = {}
+        self._first_failure: dict[int, str] = {}
 
     def rollout_state(self) -> dict[str, Any]:
         state = super().rollout_state()
@@ -53,9 +57,16 @@ class EpisodeProducer(RolloutProducer):
 
     async def produce(self, index: int) -> RolloutBatch:
         self._env_stats[index] = []
-        batch = await super().produce(index)
-        stats = self._env_stats.pop(index, [])
-        return attrs.evolve(batch, scoring_metrics={**batch.scoring_metrics, **episode_metrics(stats)})
+        try:
+            batch = await super().produce(index)
+        finally:
+            stats = self._env_stats.pop(index, [])
+            failure = self._first_failure.pop(index, None)
+        if stats and failure is not None and all(s["failed"] for s in stats):
+            raise RunError(f"step {index}: all {len(stats)} episodes failed, so there is nothing to train on: "
+                           f"{failure}. Fix the environment (log.jsonl has every failure)")
+        return attrs.evolve(batch, scoring_metrics={**batch.scoring_metrics, **episode_metrics(stats)},
+                            failure=failure)
 
     async def _generate_into(self, arrived: asyncio.Queue, prompt_ids: list[list[int]],
                              rows: Sequence[Mapping[str, Any]], clock: Any, params: SamplingParams) -> None:
@@ -70,7 +81,7 @@ class EpisodeProducer(RolloutProducer):
             # of what is sampled, docs/reliability.md); without one, from the count of groups drawn.
             seeds = [derive_seed(params.seed, "group", i) if params.seed is not None
                      else derive_seed(self.run_seed, "group", first + i) for i in range(len(rows))]
-            tasks = [asyncio.create_task(self._group(i, row, seeds[i], stats)) for i, row in enumerate(rows)]
+            tasks = [asyncio.create_task(self._group(i, row, seeds[i], stats, clock.index)) for i, row in enumerate(rows)]
             for done in asyncio.as_completed(tasks):
                 i, episodes = await done
                 if episodes is not None:
@@ -82,7 +93,7 @@ class EpisodeProducer(RolloutProducer):
         if self.guard is not None:
             self.guard.check()
 
-    async def _group(self, i: int, row: Mapping[str, Any], seed: int, stats: list[dict[str, float]]
+    async def _group(self, i: int, row: Mapping[str, Any], seed: int, stats: list[dict[str, float]], index: int
                      ) -> tuple[int, list[Episode] | None]:
         results = await asyncio.gather(*(self._one(row, seed, g) for g in range(self.params.n)))
         failed = [r for r in results if isinstance(r, EpisodeFailed)]
@@ -92,6 +103,8 @@ class EpisodeProducer(RolloutProducer):
                           **(r.metrics if isinstance(r, Episode) else {})})
         if failed:
             self.log.warning("episode_failed", row=row.get("id"), error=str(failed[0]), failed=len(failed))
+            self._first_failure.setdefault(
+                index, f"environment {self.env_name!r} failed (first failure, row {row.get('id')!r}): {failed[0]}")
             return i, None
         return i, [r for r in results if isinstance(r, Episode)]
 

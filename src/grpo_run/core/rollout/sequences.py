@@ -46,6 +46,8 @@ class RolloutBatch:
     scoring_tail_s: float = 0.0
     """Of ``generation_s``, the time after the engine finished that was spent waiting for the
     last groups to be scored (scoring that overlapped generation is not in it)."""
+    failure: str | None = None
+    """The batch's first failed episode, with its environment and row (None when none failed)."""
 
 
 @attrs.frozen

@@ -13,6 +13,7 @@ Data-parallel strategies (:class:`DataParallel` and its subclasses) run inside a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,12 +97,20 @@ class Strategy:
         """Add one micro-batch's gradient."""
         loss.backward()
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, bool]:
         """Gradient clipping at ``max_grad_norm`` and one optimizer step on the accumulated
-        gradient; the gradient's norm before clipping."""
+        gradient: ``(the gradient's norm before clipping, whether the step was taken)``.
+
+        A gradient whose norm is not finite (NaN or inf, on any rank: every rank must agree) is
+        dropped instead: no optimizer step, the gradients cleared, the weights and the optimizer
+        state unchanged (:func:`~grpo_run.core.learner.learner.nan_gradient_unless_finite` turns
+        a non-finite loss into such a gradient)."""
         norm = self._clip_gradients()
+        if self.max_over_ranks(int(not math.isfinite(norm))):
+            self.optimizer.zero_grad(set_to_none=True)
+            return norm, False
         self.optimizer.step()
-        return norm
+        return norm, True
 
     def _clip_gradients(self) -> float:
         return float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm))

@@ -95,10 +95,13 @@ class DeepSpeedStrategy(DataParallel):
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss)  # gradient_accumulation_steps = 1: the loss is not rescaled
 
-    def step(self) -> float:
-        self.engine.step()  # at the boundary: clip (gradient_clipping), optimizer step, zero the gradients
+    def step(self) -> tuple[float, bool]:
+        # At the boundary: clip (gradient_clipping), optimizer step, zero the gradients. ZeRO
+        # checks the gradients itself (an all-reduce over the ranks): a NaN or inf one is dropped,
+        # not applied, and was_step_applied() says so on every rank.
+        self.engine.step()
         norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else 0.0
+        return (float(norm) if norm is not None else 0.0), bool(self.engine.was_step_applied())
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         if self.stage < 3:

@@ -16,7 +16,7 @@ from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack
 SHARE_METRICS = ("loss/policy", "loss/total", "loss/kl")
 """Normaliser-weighted losses: each rank's value is its share of the whole batch's loss, times the
 number of ranks, so their mean over ranks is the single-process value exactly."""
-SAME_ON_EVERY_RANK = ("optim/grad_norm", "optim/lr")
+SAME_ON_EVERY_RANK = ("optim/grad_norm", "optim/lr", "optim/skipped_updates")
 
 
 class DataParallel(Strategy):
