@@ -235,7 +235,17 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
     if note is not None and notes is not None:
         notes.append(note)
     renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
-    return EpisodeRunner(environment, renderer, engine, env, params)
+    return EpisodeRunner(environment, renderer, engine, env, params, context_tokens=context_tokens(cfg, tokenizer))
+
+
+def context_tokens(cfg: RunConfig, tokenizer: Any) -> int:
+    """The most ids one episode segment may hold: a learner row (``algorithm.pack_length``) and the
+    model's context (the tokenizer's ``model_max_length``, when it is one and not transformers'
+    "unset" 1e30)."""
+    model = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model, int) and 0 < model < 10**8:
+        return min(cfg.algorithm.pack_length, model)
+    return cfg.algorithm.pack_length
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:
