@@ -74,6 +74,41 @@ ASYNC_FINISHES: dict[str, BaseException] = {
 }
 KINDS = [*RESETS, *STEPS, *RAISES, *FINISHES, *ASYNC_FINISHES]
 
+EXPECTED = {
+    # What the episode's error says (a part of it), per kind.
+    "reset-messages-none": "reset returned messages None, not a list of messages",
+    "reset-messages-int": "reset returned messages 7, not a list of messages",
+    "reset-message-str": "reset returned messages[0] '1+2', not a message (a mapping with str role and content)",
+    "reset-surrogate": "reset returned messages[0].content is not valid text: surrogates not allowed '\\ud800' at "
+                       "character 3",
+    "reset-tool-str": "reset returned tools[0] 'calculator', not a tool schema",
+    "reset-tool-surrogate": "reset returned tools[0] is not JSON (UnicodeEncodeError",
+    "reset-dict": "reset returned {'messages': [{'content': '1+2', 'role': 'user'}]} (dict), not an EnvReset",
+    "opening-100kb": "the opening messages render to ",
+    "reward-str": "step returned reward '1.0', not a number",
+    "reward-none": "step returned reward None, not a number",
+    "reward-huge-int": "step returned reward an int of about 400 digits, not a float (OverflowError",
+    "reward-1e308": "step returned reward 1e+308, outside environment.reward_range = [-100, 100]",
+    "reward-nan": "step returned reward nan, not a finite number",
+    "reward-bytes": "step returned reward b'1' (bytes), not a number",
+    "messages-none": "step returned messages None, not a list of messages",
+    "messages-int": "step returned messages 3, not a list of messages",
+    "message-str": "step returned messages[0] 'again', not a message",
+    "message-surrogate": "step returned messages[0].content is not valid text",
+    "message-content-none": "step returned messages[0] {'content': None, 'role': 'user'} (dict), not a message",
+    "messages-endless": "step returned more than 64 messages in one call (an endless iterator?)",
+    "metrics-none": "step returned metrics None, not a mapping of names to numbers",
+    "metrics-str": "step returned metrics['moves'] 'three', not a number",
+    "step-dict": "step returned {'done': True, 'reward': 1.0} (dict), not an EnvStep",
+    "step-exit": "environment step raised SystemExit: 3",
+    "step-interrupt": "environment step raised KeyboardInterrupt: ",
+    "finish-str": "finish returned reward '0.5', not a number",
+    "finish-huge-int": "finish returned reward an int of about 400 digits",
+    "finish-1e308": "finish returned reward -1e+308, outside environment.reward_range = [-100, 100]",
+    "finish-async-exit": "environment finish raised SystemExit: bye",
+    "finish-async-interrupt": "environment finish raised KeyboardInterrupt: ",
+}
+
 
 @attrs.frozen
 class HostileConfig:
