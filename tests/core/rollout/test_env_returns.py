@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from grpo_run import EpisodeResult
+from grpo_run import EnvReset, EpisodeResult
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout import env_returns
@@ -159,3 +159,17 @@ def test_a_huge_message_is_cut_before_it_is_checked():
     content = "x" * 10_000_000 + "\ud800"  # the surrogate is past the cut: never looked at
     [message] = env_returns.messages([{"role": "tool", "content": content}], "messages", max_chars=5)
     assert message == {"role": "tool", "content": "xxxxx... [cut at 5 characters]"}
+
+
+def test_messages_the_renderer_cannot_render_fail_the_episode(renderer):
+    class Refusing(TinyChatRenderer):
+        def render(self, messages, tools):
+            if any(m["role"] == "narrator" for m in messages):
+                raise ValueError("no role 'narrator' in this template")
+            return super().render(messages, tools)
+
+    env = HostileEnv(HostileConfig(["reward-str"]), {})
+    env.reset = lambda row, seed: EnvReset([{"role": "narrator", "content": "once"}])
+    with pytest.raises(EpisodeFailed, match="the renderer could not render the environment's messages: "
+                                            "ValueError: no role 'narrator' in this template"):
+        run(env, Refusing(TinyChatConfig(), renderer.tokenizer))
