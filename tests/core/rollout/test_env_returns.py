@@ -140,8 +140,8 @@ def test_an_opening_message_is_cut_at_max_opening_chars(renderer):
 
 def test_an_opening_that_leaves_no_room_for_the_episode_fails_it(renderer):
     env = HostileEnv(HostileConfig(["opening-100kb"]), {})
-    with pytest.raises(EpisodeFailed, match=r"the opening messages render to \d+ tokens: with the episode's 32 "
-                                            r"\(rollout.response_length\) more than the 128 one sequence may hold"):
+    with pytest.raises(EpisodeFailed, match=r"the opening messages render to \d+ tokens, which with the episode's 32 "
+                                            r"\(rollout.response_length\) exceed the 128 one sequence may hold"):
         run(env, renderer, max_opening_chars=200)
     episode, _ = run(env, renderer, max_opening_chars=60)  # 60, the note, the markup and 32 fit 128
     assert episode.turns == 1

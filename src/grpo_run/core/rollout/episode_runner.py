@@ -24,6 +24,7 @@ records the episode under the same rules, and its episode is timed, failed and c
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -125,9 +126,8 @@ class EpisodeRunner:
     async def _episode(self, row: Mapping[str, Any], seed: int, sample: int, params: SamplingParams) -> Episode:
         if isinstance(self.env, DrivenEnvironment):
             return await self._driven(row, seed, sample, params)
-        limit = self.settings.max_opening_chars
-        messages, tools, state = await self._call(
-            "reset", self.env.reset, row, seed, check=lambda v: env_returns.reset_parts(v, max_chars=limit))
+        check = functools.partial(env_returns.reset_parts, max_chars=self.settings.max_opening_chars)
+        messages, tools, state = await self._call("reset", self.env.reset, row, seed, check=check)
         try:
             return await self._turns(messages, tools, state, seed, sample, params)
         finally:
@@ -145,11 +145,10 @@ class EpisodeRunner:
         prompt_cap = len(prompt) + sampling.max_new_tokens
         if self.context_tokens is not None and prompt_cap > self.context_tokens:
             raise EpisodeFailed(
-                f"the opening messages render to {len(prompt)} tokens: with the episode's {sampling.max_new_tokens} "
-                f"(rollout.response_length) more than the {self.context_tokens} one sequence may hold "
-                f"(algorithm.pack_length and the model's context); shorten what reset returns")
-        bounds = s.reward_range
-        check_step = lambda v: env_returns.step_parts(v, bounds=bounds, max_chars=s.max_tool_output_chars)  # noqa: E731
+                f"the opening messages render to {len(prompt)} tokens, which with the episode's "
+                f"{sampling.max_new_tokens} (rollout.response_length) exceed the {self.context_tokens} one sequence "
+                f"may hold (algorithm.pack_length and the model's context); shorten what reset returns")
+        check_step = functools.partial(env_returns.step_parts, bounds=s.reward_range, max_chars=s.max_tool_output_chars)
         budget = sampling.max_new_tokens
         per_turn = s.max_tokens_per_turn or budget
         eot = list(self.renderer.end_of_turn_ids())
@@ -218,7 +217,7 @@ class EpisodeRunner:
         final = 0.0
         if callable(finisher):
             final = await self._call("finish", finisher, state,
-                                     check=lambda v: env_returns.reward(v, "reward", s.reward_range))
+                                     check=functools.partial(env_returns.reward, what="reward", bounds=s.reward_range))
         metrics["turns"] = float(turn + 1)
         metrics["segments"] = float(len(segments))
         metrics["sampled_tokens"] = float(sum(sum(g.sampled) for g in segments))
