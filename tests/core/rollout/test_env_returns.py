@@ -173,3 +173,14 @@ def test_messages_the_renderer_cannot_render_fail_the_episode(renderer):
     with pytest.raises(EpisodeFailed, match="the renderer could not render the environment's messages: "
                                             "ValueError: no role 'narrator' in this template"):
         run(env, Refusing(TinyChatConfig(), renderer.tokenizer))
+
+
+def test_a_driven_conversation_longer_than_a_sequence_fails_its_episode(renderer):
+    class Long(Driven):
+        async def run_episode(self, row, seed, chat):
+            await chat.complete([{"role": "user", "content": "1+2 " * 40}])
+            return 1.0
+
+    with pytest.raises(EpisodeFailed, match=r"run_episode's conversation grew to \d+ tokens, more than the 128 one "
+                                            r"sequence may hold"):
+        run(Long(None), renderer)

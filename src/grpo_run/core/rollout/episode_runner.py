@@ -257,6 +257,10 @@ class EpisodeRunner:
         segments = chat.finished_segments()
         if not segments:
             raise EpisodeFailed("run_episode sampled no turn (chat.complete was never called): nothing to train on")
+        longest = max(len(g.prompt_ids) + len(g.completion_ids) for g in segments)
+        if self.context_tokens is not None and longest > self.context_tokens:  # a learner row could not hold it
+            raise EpisodeFailed(f"run_episode's conversation grew to {longest} tokens, more than the {self.context_tokens} "
+                                f"one sequence may hold (algorithm.pack_length and the model's context)")
         metrics = dict(chat.metrics)
         metrics["env_s"] = time.perf_counter() - started - metrics["generation_s"]
         for key, value in result_metrics.items():
