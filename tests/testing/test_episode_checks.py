@@ -83,8 +83,31 @@ class NanReward(RandomStart):
 def test_environment_checks_catch_an_unseeded_start_and_a_nan_reward():
     with pytest.raises(ContractError, match="same seed, same start"):
         check_environment(RandomStart)
-    with pytest.raises(ContractError, match="not an EnvStep with a finite reward"):
+    with pytest.raises(ContractError, match="environment 'nan-reward': step: returned reward nan, not a finite number"):
         check_environment(NanReward)
+
+
+class StrReward(NanReward):
+    name = "str-reward"
+
+    def step(self, state, action):
+        return EnvStep([{"role": "user", "content": "again"}], "1.0", False)
+
+
+class NoneMessages(NanReward):
+    name = "none-messages"
+
+    def step(self, state, action):
+        return EnvStep(None, 0.0, False)
+
+
+def test_environment_checks_hold_to_the_runners_contract():
+    # What the runner refuses (docs/environments.md, "What an environment may return"), the checks
+    # refuse too, with the runner's words.
+    with pytest.raises(ContractError, match="step: returned reward '1.0', not a number"):
+        check_environment(StrReward)
+    with pytest.raises(ContractError, match="step: returned messages None, not a list of messages"):
+        check_environment(NoneMessages)
 
 
 class Rewriting(TinyChatRenderer):
@@ -132,5 +155,5 @@ def test_a_driven_environment_passes_and_one_that_never_asks_the_model_fails():
             await chat.complete([{"role": "user", "content": "hi"}])
             return float("nan")
 
-    with pytest.raises(ContractError, match="not an EpisodeResult or a finite reward"):
+    with pytest.raises(ContractError, match="run_episode: returned reward nan, not a finite number"):
         check_environment(Nan)

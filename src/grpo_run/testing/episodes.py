@@ -7,6 +7,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.rollout import env_returns
 from grpo_run.testing._common import Reporter, check_class, default_config, run_sync, short
 
 
@@ -71,15 +73,15 @@ def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any]
     """Check an environment class with one scripted turn (a driven one, with ``run_episode``: one
     episode against a chat that answers ``reply``, which must make a call and return a finite reward).
 
-    * **reset**: returns a :class:`grpo_run.EnvReset` whose messages are role/content mappings and
-      whose tools are OpenAI function schemas;
+    * **reset**: returns what the runner accepts (docs/environments.md, "What an environment may
+      return"): a :class:`grpo_run.EnvReset` whose messages are role/content mappings and whose
+      tools are JSON mappings;
     * **same seed, same start**: two resets with the same row and seed give equal messages;
-    * **step**: a turn ``reply`` gives a :class:`grpo_run.EnvStep` with a finite reward and
-      role/content messages; ``close`` (when defined) accepts the state.
+    * **step**: a turn ``reply`` gives a :class:`grpo_run.EnvStep` the runner accepts (a number
+      within the default ``environment.reward_range`` as reward, role/content messages, numeric
+      metrics); ``close`` (when defined) accepts the state.
     """
-    import math
-
-    from grpo_run import Action, EnvReset, EnvStep, ParsedTurn
+    from grpo_run import Action, ParsedTurn
 
     report = Reporter("environment", cls)
     check_class(cls, "environment", report)
@@ -89,22 +91,27 @@ def check_environment(cls: type, config: Any = None, *, tools: Mapping[str, Any]
         _check_driven(env, row, reply, report)
         return
     first, second = (_maybe_await(env.reset(row, 7)) for _ in range(2))
-    if not isinstance(first, EnvReset):
-        raise report.fail("reset", f"returned {short(first, 120)}, not a grpo_run.EnvReset")
-    if [dict(m) for m in first.messages] != [dict(m) for m in second.messages]:
+    opening = _accepted(report, "reset", env_returns.reset_parts, first, max_chars=_SLOT.max_opening_chars)
+    again = _accepted(report, "reset", env_returns.reset_parts, second, max_chars=_SLOT.max_opening_chars)
+    if opening[0] != again[0]:
         raise report.fail("same seed, same start", "two resets with the same row and seed gave different messages")
-    for m in first.messages:
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise report.fail("reset", f"message {short(m, 120)} needs a string role and content")
-    step = _maybe_await(env.step(first.state, Action(ParsedTurn(reply), "stop", 0)))
-    if not isinstance(step, EnvStep) or not math.isfinite(float(step.reward)):
-        raise report.fail("step", f"returned {short(step, 120)}, not an EnvStep with a finite reward")
-    for m in step.messages:
-        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
-            raise report.fail("step", f"message {short(m, 120)} needs string content")
+    step = _maybe_await(env.step(opening[2], Action(ParsedTurn(reply), "stop", 0)))
+    state = _accepted(report, "step", env_returns.step_parts, step, bounds=_SLOT.reward_range,
+                      max_chars=_SLOT.max_tool_output_chars)[4]
     closer = getattr(env, "close", None)
     if callable(closer):
-        _maybe_await(closer(step.state if step.state is not None else first.state))
+        _maybe_await(closer(state if state is not None else opening[2]))
+
+
+_SLOT = EnvironmentSlot("checked")
+"""The core environment settings at their defaults: the limits the checks hold to."""
+
+
+def _accepted(report: Reporter, what: str, check: Any, value: Any, **limits: Any) -> Any:
+    try:
+        return check(value, **limits)
+    except env_returns.BadReturn as exc:
+        raise report.fail(what, f"returned {exc}") from None
 
 
 class _ScriptedChat:
@@ -128,18 +135,12 @@ class _ScriptedChat:
 
 def _check_driven(env: Any, row: Mapping[str, Any], reply: str, report: Reporter) -> None:
     """**run_episode**: with a chat answering ``reply``, it makes a call and returns a reward."""
-    import math
-
-    from grpo_run import EpisodeResult
-
     chat = _ScriptedChat(reply)
     try:
         result = _maybe_await(env.run_episode(row, 7, chat))
     except Exception as exc:
         raise report.fail("run_episode", f"raised {type(exc).__name__}: {exc}") from None
-    reward = result.reward if isinstance(result, EpisodeResult) else result
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        raise report.fail("run_episode", f"returned {short(result, 120)}, not an EpisodeResult or a finite reward")
+    _accepted(report, "run_episode", env_returns.episode_result, result, bounds=_SLOT.reward_range)
     if chat.calls == 0:
         raise report.fail("run_episode", "made no chat.complete call: an episode needs at least one sampled turn")
 

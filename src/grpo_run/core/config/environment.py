@@ -7,6 +7,7 @@ other key configures the chosen environment. ``[renderer]`` chooses the chat for
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
     from grpo_run.core.config.schema import RunConfig
 
 
+REWARD_LIMIT = 1e6
+"""The widest ``environment.reward_range`` allowed: beyond it a reward is almost surely a bug."""
+
+
+def _reward_range(instance: object, attribute: attrs.Attribute, value: tuple[float, float]) -> None:
+    low, high = value
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"must be two finite numbers [low, high] with low < high, got {list(value)}")
+    if max(abs(low), abs(high)) > REWARD_LIMIT:
+        raise ValueError(f"must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale rewards down), got {list(value)}")
+
+
 @attrs.frozen
 class EnvironmentSlot(PluginSlot):
     """The environment episodes run in; without this table rollouts are single-turn."""
@@ -30,11 +43,21 @@ class EnvironmentSlot(PluginSlot):
     """New tokens per assistant turn at most (default: ``rollout.response_length``). The episode's
     sampled *and* environment tokens together stay within ``rollout.response_length``."""
     max_tool_output_chars: int = attrs.field(default=2000, validator=positive, kw_only=True)
-    """Characters kept of each environment message (the rest is cut, with a note)."""
+    """Characters kept of each message a ``step`` returns (the rest is cut, with a note)."""
+    max_opening_chars: int = attrs.field(default=32768, validator=positive, kw_only=True)
+    """Characters kept of each opening message ``reset`` returns (the rest is cut, with a note);
+    also the most a tool schema may take as JSON. The rendered opening must leave room for the
+    episode: its tokens plus ``rollout.response_length`` within ``algorithm.pack_length`` and the
+    model's context, or the episode fails (docs/environments.md)."""
     step_timeout_s: float = attrs.field(default=30.0, validator=v.gt(0.0), kw_only=True)
     """Limit of one ``reset``/``step``/``finish`` call; an overrun drops the episode."""
     episode_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0), kw_only=True)
     """Limit of a whole episode (generation included); an overrun drops the episode."""
+    reward_range: tuple[float, float] = attrs.field(default=(-100.0, 100.0), validator=_reward_range, kw_only=True)
+    """The closed interval each reward of the environment must lie in: every ``step``'s, ``finish``'s
+    and ``run_episode``'s. A reward outside it (``1e308``, a score in the thousands) fails its
+    episode, counted like any failing episode, as a verifier's score outside its ``score_range``
+    fails its call. At most 1e6 either way, so no sum of rewards can overflow."""
     reward_combination: Literal["last", "sum", "discounted"] = attrs.field(default="sum", kw_only=True)
     """How per-turn rewards combine: the last turn's, their sum, or ``sum(discount**t * r_t)``.
     The row's verifiers (scoring the last turn's text) and ``finish`` add to it."""

@@ -236,7 +236,7 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
         notes.append(note)
     renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
     return EpisodeRunner(environment, renderer, engine, env, params,
-                         prompt_limit=first_prompt_limit(cfg, tokenizer))
+                         prompt_limit=first_prompt_limit(cfg, tokenizer), context_tokens=context_tokens(cfg, tokenizer))
 
 
 def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:
@@ -250,6 +250,16 @@ def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:
     if isinstance(context, int) and cfg.data.max_prompt_token_length <= context - budget < tokens:  # unset: 1e30
         tokens, why = context - budget, f"the model's context of {context} - rollout.response_length"
     return PromptLimit.of(tokens, why, tokenizer)
+
+
+def context_tokens(cfg: RunConfig, tokenizer: Any) -> int:
+    """The most ids one episode segment may hold: a learner row (``algorithm.pack_length``) and the
+    model's context (the tokenizer's ``model_max_length``, when it is one and not transformers'
+    "unset" 1e30)."""
+    model = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model, int) and 0 < model < 10**8:
+        return min(cfg.algorithm.pack_length, model)
+    return cfg.algorithm.pack_length
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

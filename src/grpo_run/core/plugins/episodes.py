@@ -5,7 +5,9 @@ assistant message may carry ``tool_calls``, a tool message a ``tool_call_id`` an
 Tools are offered to the model as OpenAI function schemas
 (``{"type": "function", "function": {"name", "description", "parameters"}}``).
 
-Everything here is re-exported by :mod:`grpo_run`; plugins import it from there.
+Everything here is re-exported by :mod:`grpo_run`; plugins import it from there. What an
+environment returns is checked by the runner (``grpo_run.core.rollout.env_returns``); a value
+outside the contract drops the episode (docs/environments.md, "What an environment may return").
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ class EnvReset:
     """An episode's start: the opening messages, the tools offered and the environment's state."""
 
     messages: Sequence[Message]
+    """At most 64 messages with str ``role`` and ``content``; each content is cut at
+    ``environment.max_opening_chars``."""
     tools: Sequence[ToolSchema] = ()
+    """At most 64 tool schemas: mappings that are JSON."""
     state: Any = None
     """The environment's own episode state, handed back to ``step``/``finish``/``close``."""
 
@@ -78,12 +83,14 @@ class EnvStep:
     """What one environment step returns."""
 
     messages: Sequence[Message] = ()
-    """Messages to append (role ``tool`` or ``user``)."""
+    """Messages to append (role ``tool`` or ``user``): at most 64, each content cut at
+    ``environment.max_tool_output_chars``."""
     reward: float = 0.0
-    """This turn's reward (combined over turns by ``environment.reward_combination``)."""
+    """This turn's reward, a number within ``environment.reward_range`` (combined over turns by
+    ``environment.reward_combination``)."""
     done: bool = False
     metrics: Mapping[str, float] = attrs.field(factory=dict)
-    """Extra numbers, averaged per step under ``env/<key>``."""
+    """Extra finite numbers (at most 64), averaged per step under ``env/<key>``."""
     state: Any = None
     """The new episode state (``None``: keep the previous one)."""
 
@@ -129,7 +136,8 @@ class EpisodeResult:
     """What an environment's ``run_episode`` returns."""
 
     reward: float
-    """The episode's reward (the row's verifiers, scoring ``text``, add theirs)."""
+    """The episode's reward, within ``environment.reward_range`` (the row's verifiers, scoring
+    ``text``, add theirs)."""
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     """Extra numbers, averaged per batch under ``env/<key>``."""
     text: str | None = None

@@ -6,10 +6,14 @@ turn and, between turns, the ids the renderer's ``bridge`` gives for the environ
 impossible the conversation is rendered afresh as a new segment's prompt.
 
 Budgets: ``max_turns``; ``max_tokens_per_turn`` new tokens per turn; all sampled and bridge ids
-of an episode within ``rollout.response_length``; environment messages cut at
-``max_tool_output_chars``. A turn cut by a budget ends the episode, and its tool calls never
-run. Synchronous environment code runs on a :class:`DaemonThreadPool`, every call under
-``step_timeout_s`` and the whole episode under ``episode_timeout_s``; an error or overrun raises
+of an episode within ``rollout.response_length``; step messages cut at ``max_tool_output_chars``,
+opening messages at ``max_opening_chars``, and the rendered opening plus the budget within
+``context_tokens`` (the learner's ``pack_length`` and the model's context). A turn cut by a budget
+ends the episode, and its tool calls never run. Synchronous environment code runs on a
+:class:`DaemonThreadPool`, every call under ``step_timeout_s`` and the whole episode under
+``episode_timeout_s``; what it returns is checked there too (:mod:`.env_returns`). An error (an
+exception, ``SystemExit`` and ``KeyboardInterrupt`` included: a real Ctrl-C is a signal the run
+handles, never raised in environment code), a value outside the contract or an overrun raises
 :class:`EpisodeFailed` (the producer drops the group and counts it).
 
 An environment with ``run_episode`` (:class:`~grpo_run.DrivenEnvironment`) drives its own
@@ -20,8 +24,8 @@ records the episode under the same rules, and its episode is timed, failed and c
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,14 +35,18 @@ import attrs
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
-from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, EpisodeResult, ToolSchema
+from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.rollout import env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
 
+EXITS = (KeyboardInterrupt, SystemExit)
+"""Raised by environment code itself (``sys.exit()``, ``raise KeyboardInterrupt``): a dropped
+episode. The run's own Ctrl-C is a signal handler, never one of these inside an episode."""
 
 
 class EpisodeFailed(Exception):
@@ -62,7 +70,10 @@ class EpisodeRunner:
         *,
         pool: DaemonThreadPool | None = None,
         prompt_limit: PromptLimit | None = None,
+        context_tokens: int | None = None,
     ) -> None:
+        """``context_tokens``: the most ids one segment may hold (prompt and completion): the
+        learner's ``algorithm.pack_length`` and the model's context; None: unchecked."""
         self.env = env
         self.renderer = renderer
         self.engine = engine
@@ -73,6 +84,7 @@ class EpisodeRunner:
         self.batcher = TurnBatcher(engine)
         self.prompt_limit = prompt_limit
         """The longest first prompt of a driven episode (``None``: no limit)."""
+        self.context_tokens = context_tokens
         self._monitor = StepMonitor()
 
     def close(self) -> None:
@@ -117,12 +129,10 @@ class EpisodeRunner:
     async def _episode(self, row: Mapping[str, Any], seed: int, sample: int, params: SamplingParams) -> Episode:
         if isinstance(self.env, DrivenEnvironment):
             return await self._driven(row, seed, sample, params)
-        reset = await self._call("reset", self.env.reset, row, seed)
-        if not isinstance(reset, EnvReset):
-            raise EpisodeFailed(f"reset returned {type(reset).__name__}, not an EnvReset")
-        state = reset.state
+        check = functools.partial(env_returns.reset_parts, max_chars=self.settings.max_opening_chars)
+        messages, tools, state = await self._call("reset", self.env.reset, row, seed, check=check)
         try:
-            return await self._turns(reset, state, seed, sample, params)
+            return await self._turns(messages, tools, state, seed, sample, params)
         finally:
             closer = getattr(self.env, "close", None)
             if callable(closer):
@@ -131,12 +141,17 @@ class EpisodeRunner:
                 except EpisodeFailed:
                     pass  # the episode's outcome stands; a failing close is the environment's problem
 
-    async def _turns(self, reset: EnvReset, state: Any, seed: int, sample: int, sampling: SamplingParams) -> Episode:
+    async def _turns(self, messages: list[dict[str, Any]], tools: Sequence[ToolSchema], state: Any, seed: int,
+                     sample: int, sampling: SamplingParams) -> Episode:
         s = self.settings
-        tools: Sequence[ToolSchema] = list(reset.tools)
-        messages = [dict(m) for m in reset.messages]
-        prompt = self.renderer.render(messages, tools)
+        prompt = self._render(self.renderer.render, messages, tools)
         prompt_cap = len(prompt) + sampling.max_new_tokens
+        if self.context_tokens is not None and prompt_cap > self.context_tokens:
+            raise EpisodeFailed(
+                f"the opening messages render to {len(prompt)} tokens, which with the episode's "
+                f"{sampling.max_new_tokens} (rollout.response_length) exceed the {self.context_tokens} one sequence "
+                f"may hold (algorithm.pack_length and the model's context); shorten what reset returns")
+        check_step = functools.partial(env_returns.step_parts, bounds=s.reward_range, max_chars=s.max_tool_output_chars)
         budget = sampling.max_new_tokens
         per_turn = s.max_tokens_per_turn or budget
         eot = list(self.renderer.end_of_turn_ids())
@@ -170,25 +185,23 @@ class EpisodeRunner:
                 finish = "length"
                 break
             started = time.perf_counter()
-            step = await self._call("step", self.env.step, state, Action(parsed, "stop", turn))
+            new, reward, done, step_metrics, new_state = await self._call(
+                "step", self.env.step, state, Action(parsed, "stop", turn), check=check_step)
             metrics["env_s"] += time.perf_counter() - started
-            if not isinstance(step, EnvStep) or not math.isfinite(float(step.reward)):
-                raise EpisodeFailed(f"step returned {step!r:.200}, not an EnvStep with a finite reward")
-            rewards.append(float(step.reward))
-            for key, value in step.metrics.items():
-                metrics[f"env/{key}"] = metrics.get(f"env/{key}", 0.0) + float(value)
-            if step.state is not None:
-                state = step.state
-            if step.done or turn == s.max_turns - 1:
+            rewards.append(reward)
+            for key, value in step_metrics.items():
+                metrics[f"env/{key}"] = metrics.get(f"env/{key}", 0.0) + value
+            if new_state is not None:
+                state = new_state
+            if done or turn == s.max_turns - 1:
                 break
-            new = [self._cut(m) for m in step.messages]
             closing = [] if comp.token_ids[-len(eot):] == tuple(eot) else eot
-            bridge = self.renderer.bridge(messages, new, tools) if not closing else None
+            bridge = self._render(self.renderer.bridge, messages, new, tools) if not closing else None
             messages.extend(new)
             if bridge is None:  # not provably prefix-preserving: a fresh render, a new segment
                 metrics["bridge_fallbacks"] += 1
                 segments.append(seg.close())
-                seg = _Open(self.renderer.render(messages, tools))
+                seg = _Open(self._render(self.renderer.render, messages, tools))
                 if len(seg.prompt) >= prompt_cap:
                     finish = "length"
                     seg = None  # type: ignore[assignment]
@@ -206,9 +219,8 @@ class EpisodeRunner:
         finisher = getattr(self.env, "finish", None)
         final = 0.0
         if callable(finisher):
-            final = await self._call("finish", finisher, state)
-            if not isinstance(final, (int, float)) or not math.isfinite(float(final)):
-                raise EpisodeFailed(f"finish returned {final!r:.200}, not a finite number")
+            final = await self._call("finish", finisher, state,
+                                     check=functools.partial(env_returns.reward, what="reward", bounds=s.reward_range))
         metrics["turns"] = float(turn + 1)
         metrics["segments"] = float(len(segments))
         metrics["sampled_tokens"] = float(sum(sum(g.sampled) for g in segments))
@@ -235,34 +247,38 @@ class EpisodeRunner:
         tracked = Tracked(self.env.run_episode(row, seed, chat), "environment run_episode", self._monitor)
         try:
             result = await tracked
-        except Exception as exc:
+        except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment run_episode raised {type(exc).__name__}: {exc}") from exc
         limit = self.settings.step_timeout_s
         if tracked.blocked_s > limit:
             raise EpisodeFailed(
                 f"environment run_episode held the event loop for {tracked.blocked_s:.1f} s without awaiting "
                 f"(more than environment.step_timeout_s = {limit:g}; a blocking call in async def)", timed_out=True)
-        if isinstance(result, (int, float)) and not isinstance(result, bool):
-            result = EpisodeResult(float(result))
-        if not isinstance(result, EpisodeResult) or not math.isfinite(float(result.reward)):
-            raise EpisodeFailed(f"run_episode returned {result!r:.200}, not an EpisodeResult with a finite reward")
+        try:
+            reward, result_metrics, result_text = env_returns.episode_result(result, bounds=self.settings.reward_range)
+        except env_returns.BadReturn as exc:
+            raise EpisodeFailed(f"environment run_episode returned {exc}") from None
         segments = chat.finished_segments()
         if not segments:
             why = f"every call was refused: {chat.over}" if chat.over else "chat.complete was never called"
             raise EpisodeFailed(f"run_episode sampled no turn ({why}): nothing to train on")
+        longest = max(len(g.prompt_ids) + len(g.completion_ids) for g in segments)
+        if self.context_tokens is not None and longest > self.context_tokens:  # a learner row could not hold it
+            raise EpisodeFailed(f"run_episode's conversation grew to {longest} tokens, more than the {self.context_tokens} "
+                                f"one sequence may hold (algorithm.pack_length and the model's context)")
         metrics = dict(chat.metrics)
         metrics["env_s"] = time.perf_counter() - started - metrics["generation_s"]
-        for key, value in result.metrics.items():
-            metrics[f"env/{key}"] = float(value)
+        for key, value in result_metrics.items():
+            metrics[f"env/{key}"] = value
         metrics.update(turns=float(chat.calls), segments=float(len(segments)),
                        sampled_tokens=float(sum(sum(g.sampled) for g in segments)))
         return Episode(
             segments=tuple(segments),
-            text=chat.last_text if result.text is None else result.text,
+            text=chat.last_text if result_text is None else result_text,
             finish_reason="length" if chat.cut else "stop",
             policy_version=min(v[0] for v in chat.versions),
             last_policy_version=max(v[1] for v in chat.versions),
-            env_reward=float(result.reward),
+            env_reward=reward,
             turns=chat.calls,
             messages=tuple(chat.messages),
             metrics=metrics,
@@ -270,33 +286,56 @@ class EpisodeRunner:
             turn_versions=tuple(chat.versions),
         )
 
-    def _cut(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(message, Mapping) or not isinstance(message.get("content"), str):
-            raise EpisodeFailed(f"the environment returned {message!r:.200}, not a message with text content")
-        out = dict(message)
-        limit = self.settings.max_tool_output_chars
-        if len(out["content"]) > limit:
-            out["content"] = out["content"][:limit] + f"... [cut at {limit} characters]"
-        return out
+    def _render(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """The renderer on the environment's (checked) messages: what it cannot render (a role its
+        template refuses) fails the episode, naming the renderer's error."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise EpisodeFailed(f"the renderer could not render the environment's messages: "
+                                f"{type(exc).__name__}: {exc}") from exc
 
-    async def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``: awaited when it is a coroutine function, else on the thread pool; under
+    async def _call(self, what: str, fn: Callable[..., Any], *args: Any,
+                    check: Callable[[Any], Any] | None = None) -> Any:
+        """``check(fn(*args))``: awaited when ``fn`` is a coroutine function, else on the thread pool
+        (the check too: reading a returned iterator runs environment code); under
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
         limit = self.settings.step_timeout_s
+        check = check or _same
         try:
             if not inspect.iscoroutinefunction(fn):
-                return await self.pool.run(fn, *args, timeout=limit)
+                return await self.pool.run(_checked, fn, args, check, timeout=limit)
             tracked = Tracked(fn(*args), f"environment {what}", self._monitor)
-            result = await asyncio.wait_for(tracked, limit)
+            result = await asyncio.wait_for(_no_exit(tracked, what), limit)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
                     f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "
                     f"(a blocking call in async def; make it a plain def, which runs on a thread)", timed_out=True)
-            return result
+            return check(result)
         except asyncio.TimeoutError:
             raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}",
                                 timed_out=True) from None
         except EpisodeFailed:
             raise
-        except Exception as exc:
+        except env_returns.BadReturn as exc:
+            raise EpisodeFailed(f"environment {what} returned {exc}") from None
+        except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment {what} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any]) -> Any:
+    return check(fn(*args))
+
+
+async def _no_exit(awaitable: Any, what: str) -> Any:
+    """``await awaitable``, with ``SystemExit``/``KeyboardInterrupt`` as an :class:`EpisodeFailed`:
+    ``asyncio.wait_for`` runs it as a task (Python 3.11), and a task re-raises those two out of
+    the event loop, ending the run with asyncio's teardown instead of dropping the episode."""
+    try:
+        return await awaitable
+    except EXITS as exc:
+        raise EpisodeFailed(f"environment {what} raised {type(exc).__name__}: {exc}") from exc

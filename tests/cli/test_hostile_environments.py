@@ -1,0 +1,103 @@
+"""``grpo-run`` with an installed environment package that returns bad values (issue 33): each
+kind fails its episode, counted and named in the log; the run stops on the error-rate rule with
+one ``run stopped:`` line and no traceback. Rewards outside ``environment.reward_range``
+(``1e308`` on some rows) drop their episodes and never reach the group mean: the run completes
+with finite rewards and finite weights."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grpo_run.cli.main import main
+from support.hostile_env import EXPECTED, KINDS, install
+from support.processes import run_grpo
+
+pytestmark = pytest.mark.timeout(240)
+
+CONFIG = """
+[model]
+name_or_path = "tiny-arithmetic"
+
+[task]
+name = "arithmetic"
+max_operand = 49
+num_eval = 4
+
+[data]
+max_prompt_token_length = 16
+
+[rollout]
+num_unique_prompts_rollout = {prompts}
+num_samples_per_prompt_rollout = 2
+response_length = 32
+
+[environment]
+name = "hostile"
+max_turns = 2
+kinds = {kinds}
+every = {every}
+
+[renderer]
+name = "tiny-chat"
+
+[scoring]
+row_verifiers = false
+error_min_calls = 8
+error_window = 8
+
+[verifiers.non_stop_penalty]
+all_rows = true
+
+[train]
+total_steps = 2
+local_eval_every = 0
+
+[logging]
+progress = false
+"""
+
+
+def _config(tmp_path, kinds, *, prompts, every=1):
+    path = tmp_path / "hostile.toml"
+    path.write_text(CONFIG.format(prompts=prompts, kinds=json.dumps(kinds), every=every))
+    return path
+
+
+def test_every_bad_value_of_an_installed_environment_drops_its_episode_and_the_run_stops_in_one_line(
+        tmp_path, monkeypatch):
+    root = install(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    cfg = _config(tmp_path, KINDS, prompts=32)  # one row per kind in the first batch
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)])
+
+    assert done.returncode == 1 and "Traceback" not in done.output and done.leftovers == [], done.output
+    assert re.fullmatch(r"run stopped: environment 'hostile' failed \d of its last 8 calls \(\d+%, above "
+                        r"scoring.max_error_rate = 0.5\); last error \(row '[^']+'\): .+\. Fix the environment, "
+                        r"its config or the data, or raise scoring.max_error_rate \(1.0 disables this check\)",
+                        done.lines[-1]), done.output
+    errors = [e["error"] for e in map(json.loads, (run / "log.jsonl").read_text().splitlines())
+              if e.get("event") == "episode_failed"]
+    missing = [kind for kind in KINDS if not any(EXPECTED[kind] in error for error in errors)]
+    assert missing == [], errors
+
+
+def test_an_environment_reward_of_1e308_drops_its_episode_and_never_reaches_the_weights(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
+    cfg = _config(tmp_path, ["reward-1e308"], prompts=4, every=4)  # one row in four
+    run = tmp_path / "run"
+    assert main([str(cfg), "--output-dir", str(run)]) == 0, capsys.readouterr().err
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum(m["env/error_rate"] for m in metrics) > 0  # the dropped episodes were counted
+    assert all(math.isfinite(m["reward/mean"]) for m in metrics if "reward/mean" in m)
+    log = (run / "log.jsonl").read_text()
+    assert "step returned reward 1e+308, outside environment.reward_range = [-100, 100]" in log
+    weights = load_file(run / "checkpoints" / "step_2" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
