@@ -96,7 +96,8 @@ def test_calculator_arguments_raise_only_tool_errors(argument: Any) -> None:
 @given(_expressions())
 def test_calculator_with_wide_limits_raises_only_tool_errors(expression: str) -> None:
     """Limits a config may set: more digits than Python's int-to-string limit (4300)."""
-    _only_tool_errors(CalculatorTool(CalculatorConfig(max_digits=10_000, max_exponent=1000)), {"expression": expression})
+    tool = CalculatorTool(CalculatorConfig(max_digits=10_000, max_exponent=1000))
+    _only_tool_errors(tool, {"expression": expression})
 
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
