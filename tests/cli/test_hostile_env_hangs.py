@@ -3,7 +3,8 @@
 * an ``async def step`` that blocks the event loop is named, with how long it has held the loop,
   while it holds it;
 * a first SIGTERM stops a run whose loop such a step holds for good: the last finished step is
-  saved, exit 143, the resume line (it waited for a second signal, saving nothing);
+  saved, exit 143, the resume line (it waited for a second signal, saving nothing); the same
+  for a first Ctrl-C while an async verifier holds the loop;
 * a synchronous ``step`` that never returns: its threads are replaced, the waiting line names the
   environment, and the run stops with a ``run stopped:`` line naming it when too many hang.
 """
@@ -19,8 +20,10 @@ import pytest
 
 from grpo_run.cli.main import main
 from grpo_run.core.config.dumping import dumps_toml
+from support import faulty_verifiers as faulty
 from support.paths import EXAMPLES
 from support.processes import run_grpo
+from support.runs import write_run
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -93,3 +96,23 @@ def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(t
                         r"hang, still running 10 s after their environment.step_timeout_s = 1 \(step in tool "
                         r"'support.hostile_envs:HangingTool' \d+x; at most 2 may, .*\): .*",
                         done.lines[-1]), done.lines[-1]
+
+
+def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path, tiny_model_dir):
+    """The same for an async verifier that blocks (a first Ctrl-C only queued its request)."""
+    cfg = write_run(tmp_path, verifier=faulty.path(faulty.BlocksLoopLong), train_rows=12, eval_rows=3,
+                    model={"name_or_path": str(tiny_model_dir)},
+                    rollout={"num_samples_per_prompt_rollout": 3, "response_length": 5},
+                    train={"total_steps": 6, "local_eval_every": 0}, scoring={"num_workers": 1, "timeout_s": 200})
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)], when=lambda out: "has blocked the event loop" in out,
+                    signals=[(signal.SIGINT, 0.0)], limit_s=60)
+
+    assert done.returncode == 130 and "Traceback" not in done.output and done.leftovers == [], done.output
+    assert done.seconds_after_signal < 10  # it holds the loop for 120 s
+    assert re.fullmatch(r"SIGINT: async verifier '.*BlocksLoopLong' has held the event loop for \d+ s; "
+                        r"stopping from outside the loop", done.lines[-3]), done.lines[-3]
+    assert done.lines[-2:] == [
+        "interrupted by SIGINT before the first step finished: nothing to save",
+        f"start again with: grpo-run train {cfg} --output-dir {run} --overwrite",
+    ]

@@ -210,13 +210,13 @@ def train(
                     runner.warning_sink = progress.warning
                 waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s,
                                      also=runner.describe_waits if runner is not None else None)
-                stuck = None
-                if runner is not None:
-                    def stuck(signal_name: str, holder: str) -> list[str]:
-                        return _stop_held_loop(signal_name, holder, loop, checkpointer, runner, start_step,
-                                               checkpoint, cfg, run_dir, log_file, report_interrupted)
-                state = asyncio.run(_drive(loop, parts, signals, waits,
-                                           runner.monitor.held if runner is not None else None, stuck))
+                held_by = _loop_holder(getattr(parts.scorer, "loop_held", None),
+                                       runner.monitor.held if runner is not None else None)
+
+                def stuck(signal_name: str, holder: str) -> list[str]:
+                    return _stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step,
+                                           checkpoint, cfg, run_dir, log_file, report_interrupted)
+                state = asyncio.run(_drive(loop, parts, signals, waits, held_by, stuck))
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
             if loop.interrupted is not None:
@@ -302,13 +302,26 @@ def _resume_point(
     return checkpoint, trainer_state, start_step
 
 
-def _stop_held_loop(signal_name: str, holder: str, loop: TrainingLoop, checkpointer: Checkpointer, runner: Any,
-                    start_step: int, resumed_from: Path | None, cfg: RunConfig, run_dir: Path, log_file: Any,
+def _loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
+                 ) -> Callable[[], tuple[str, float] | None]:
+    """What holds the event loop now (an async verifier, an environment call), from any thread."""
+    def held_by() -> tuple[str, float] | None:
+        for held in monitors:
+            found = held() if held is not None else None
+            if found is not None:
+                return found
+        return None
+    return held_by
+
+
+def _stop_held_loop(signal_name: str, holder: str, loop: TrainingLoop, checkpointer: Checkpointer,
+                    held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
+                    cfg: RunConfig, run_dir: Path, log_file: Any,
                     report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
     """A first signal found the event loop held (:mod:`.held_loop`): save if safe; the lines to
     print before the process exits."""
     log = get_logger()
-    saved = save_on_held_loop(loop, checkpointer, runner.monitor.held,
+    saved = save_on_held_loop(loop, checkpointer, held_by,
                               lambda step: checkpoints_dir(cfg, run_dir) / f"step_{step}", (start_step, resumed_from))
     if saved is None:
         return []
