@@ -116,3 +116,28 @@ def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path,
         "interrupted by SIGINT before the first step finished: nothing to save",
         f"start again with: grpo-run train {cfg} --output-dir {run} --overwrite",
     ]
+
+
+def test_a_first_sigterm_ends_an_agent_deadlocked_on_its_own_endpoint(tmp_path):
+    """A synchronous HTTP client inside the agent's ``async def``: its request waits for the loop
+    it holds. Named while it holds it; one SIGTERM ends the run (it took two, saving nothing)."""
+    pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    cfg = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
+    cfg["environment"].update(function="support.hostile_agents:sync_client", step_timeout_s=5)
+    cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4)
+    cfg["train"].update(total_steps=2, local_eval_every=0)
+    cfg["train"].pop("stop_at_eval_accuracy")
+    cfg["logging"] = {"progress": False}
+    path, run = tmp_path / "agent.toml", tmp_path / "run"
+    path.write_text(dumps_toml(cfg), encoding="utf-8")
+    done = run_grpo([str(path), "--output-dir", str(run)], when=lambda out: "has held the event loop" in out,
+                    signals=[(signal.SIGTERM, 0.0)], limit_s=60)
+
+    assert done.returncode == 143 and "Traceback" not in done.output and done.leftovers == [], done.output
+    assert done.seconds_after_signal < 10
+    assert any(line.startswith("warning: environment 'agent' run_episode has held the event loop for ")
+               for line in done.lines), done.output
+    assert re.fullmatch(r"SIGTERM: environment 'agent' run_episode has held the event loop for \d+ s; "
+                        r"stopping from outside the loop", done.lines[-3]), done.lines[-3]
+    assert done.lines[-2] == "interrupted by SIGTERM before the first step finished: nothing to save"
