@@ -125,14 +125,16 @@ def print_problem(console: Console, label: str, text: str) -> None:
 
 def print_interrupted(console: Console, exc: RunInterrupted, args: argparse.Namespace) -> None:
     """Where an interrupted run stands and the exact command that goes on with it."""
+    for line in interrupted_lines(exc, args):
+        console.print(Text(line), soft_wrap=True)
+
+
+def interrupted_lines(exc: RunInterrupted, args: argparse.Namespace) -> list[str]:
     if exc.checkpoint is None:
-        console.print(Text(f"interrupted by {exc.signal_name} before the first step finished: nothing to save"),
-                      soft_wrap=True)
-        console.print(Text("start again with: " + _command(args, ["--overwrite"])), soft_wrap=True)
-        return
-    console.print(Text(f"interrupted by {exc.signal_name} after step {exc.step}: checkpoint {exc.checkpoint}"),
-                  soft_wrap=True)
-    console.print(Text("resume with: " + _command(args, ["--resume", str(exc.checkpoint)])), soft_wrap=True)
+        return [f"interrupted by {exc.signal_name} before the first step finished: nothing to save",
+                "start again with: " + _command(args, ["--overwrite"])]
+    return [f"interrupted by {exc.signal_name} after step {exc.step}: checkpoint {exc.checkpoint}",
+            "resume with: " + _command(args, ["--resume", str(exc.checkpoint)])]
 
 
 def _command(args: argparse.Namespace, extra: list[str]) -> str:
@@ -182,7 +184,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
     with live_page(run_dir, cfg.logging.dashboard_port):
-        train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite)
+        train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite,
+              report_interrupted=lambda exc: interrupted_lines(exc, args))
     return 0
 
 

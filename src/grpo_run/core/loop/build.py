@@ -226,7 +226,9 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
         return None
     from grpo_run.core.rollout.episode_runner import EpisodeRunner
 
-    tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
+    from grpo_run.core.rollout.tool_calls import noted_tools
+
+    tools = noted_tools({name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()})
     try:
         environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
     except ValueError as exc:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from grpo_run.core.loop.checkpoint import (
     save_checkpoint,
 )
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
+from grpo_run.core.loop.held_loop import save_on_held_loop
 from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.observers import (
     Checkpointer,
@@ -111,7 +113,7 @@ def _name_deepspeeds_accelerator() -> None:
 
 def train(
     cfg: RunConfig, host: PluginHost, run_dir: Path, *, resume_from: str | Path | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, report_interrupted: Callable[[RunInterrupted], list[str]] | None = None,
 ) -> dict[str, float]:
     """Train with ``cfg``; writes everything under ``run_dir``; returns the last metrics seen.
 
@@ -119,6 +121,8 @@ def train(
     newest complete checkpoint); see the module docstring for what is restored. ``overwrite``:
     start again in a ``run_dir`` that holds an earlier run (otherwise a :class:`UserError`).
     Raises :class:`~grpo_run.core.loop.signals.RunInterrupted` after a SIGINT/SIGTERM.
+    ``report_interrupted``: the lines saying where an interrupted run stands (the CLI's), for a
+    signal that must end the process from another thread (:mod:`.held_loop`).
     """
     _name_deepspeeds_accelerator()
     damaged: list[str] = []
@@ -153,6 +157,7 @@ def train(
     status, error = "failed", None
     last = _LastMetrics()
     signals = StopSignals()
+    save_lock, saved_steps = threading.Lock(), set()
     with signals:
         try:
             try:
@@ -179,7 +184,13 @@ def train(
                 built = parts
 
                 def save(step: int, rollout_state: Mapping[str, Any] | None) -> None:
-                    dest = _save(built, step, rollout_state, loop.batches_in_flight() if loop is not None else [])
+                    # The loop's thread saves, and a stop signal on a held loop may (held_loop.py):
+                    # one at a time, each step once.
+                    with save_lock:
+                        if step in saved_steps:
+                            return
+                        dest = _save(built, step, rollout_state, loop.batches_in_flight() if loop is not None else [])
+                        saved_steps.add(step)
                     if pusher is not None:
                         pusher.saved(dest, step)
 
@@ -194,8 +205,18 @@ def train(
                     observers.insert(2, RolloutTraces(parts.traces))
                 loop = TrainingLoop(parts.loop_parts(), loop_settings(cfg), observers, start_step=start_step,
                                     pipeline=pipeline)
-                waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s)
-                state = asyncio.run(_drive(loop, parts, signals, waits))
+                runner = getattr(parts.producer, "runner", None)  # the environment's episodes, if any
+                if runner is not None:
+                    runner.warning_sink = progress.warning
+                waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s,
+                                     also=runner.describe_waits if runner is not None else None)
+                held_by = _loop_holder(getattr(parts.scorer, "loop_held", None),
+                                       runner.monitor.held if runner is not None else None)
+
+                def stuck(signal_name: str, holder: str) -> list[str]:
+                    return _stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step,
+                                           checkpoint, cfg, run_dir, log_file, report_interrupted)
+                state = asyncio.run(_drive(loop, parts, signals, waits, held_by, stuck))
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
             if loop.interrupted is not None:
@@ -281,10 +302,46 @@ def _resume_point(
     return checkpoint, trainer_state, start_step
 
 
-async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter) -> Any:
+def _loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
+                 ) -> Callable[[], tuple[str, float] | None]:
+    """What holds the event loop now (an async verifier, an environment call), from any thread."""
+    def held_by() -> tuple[str, float] | None:
+        for held in monitors:
+            found = held() if held is not None else None
+            if found is not None:
+                return found
+        return None
+    return held_by
+
+
+def _stop_held_loop(signal_name: str, holder: str, loop: TrainingLoop, checkpointer: Checkpointer,
+                    held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
+                    cfg: RunConfig, run_dir: Path, log_file: Any,
+                    report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
+    """A first signal found the event loop held (:mod:`.held_loop`): save if safe; the lines to
+    print before the process exits."""
+    log = get_logger()
+    saved = save_on_held_loop(loop, checkpointer, held_by,
+                              lambda step: checkpoints_dir(cfg, run_dir) / f"step_{step}", (start_step, resumed_from))
+    if saved is None:
+        return []
+    lines = [f"not saved: {saved.note}; the previous checkpoint is intact"] if saved.note else []
+    exc = RunInterrupted(signal_name, saved.step, saved.checkpoint, run_dir)
+    lines += report(exc) if report is not None else [str(exc)]
+    log.info("run_interrupted", signal=signal_name, step=saved.step, held_by=holder, not_saved=saved.note,
+             checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
+    log.info("run_end", status="interrupted")
+    log_file.flush()
+    return lines
+
+
+async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter,
+                 held_by: Callable[[], tuple[str, float] | None] | None = None,
+                 on_stuck: Callable[[str, str], list[str]] | None = None) -> Any:
     """Run the loop (a stop signal reaches it on this event loop) and the report of what a quiet
-    loop waits for; async verifiers close on the event loop they used."""
-    signals.looping(asyncio.get_running_loop(), loop.request_stop)
+    loop waits for; async verifiers close on the event loop they used. ``held_by`` / ``on_stuck``:
+    see :meth:`StopSignals.looping`."""
+    signals.looping(asyncio.get_running_loop(), loop.request_stop, held_by=held_by, on_stuck=on_stuck)
     reporting = asyncio.create_task(waits.run(), name="wait-reporter")
     try:
         return await loop.run()

@@ -105,6 +105,11 @@ class TrainingLoop:
         """Why :meth:`request_stop` was called (e.g. ``"SIGTERM"``), if it was."""
         self.out_of_time = False
         """``train.max_runtime_s`` ran out (see :meth:`_time_up`)."""
+        self.learner_held = False
+        """Set from another thread while it saves a checkpoint (a stop signal on a held event
+        loop, :mod:`.held_loop`): no learner step may start."""
+        self.learner_busy: int | None = None
+        """The batch whose learner step runs or is not yet published (read from that thread)."""
         self.log = get_logger()
 
     def request_stop(self, reason: str) -> None:
@@ -248,8 +253,9 @@ class TrainingLoop:
                 if self._abandoned():
                     break  # the batch was abandoned by request_stop
                 raise
-            if self.interrupted is not None or self.out_of_time:
+            if self.interrupted is not None or self.out_of_time or self.learner_held:
                 break  # not trained yet: drawn again after a resume
+            self.learner_busy = batch.index
             self.pipeline.batch_phase(batch.index, "training")
             signal = group_signal(batch, settings.algorithm)
             seqs, metrics = build_sequences(batch, settings.algorithm, learner_version=self.state.version, signal=signal)
@@ -262,6 +268,7 @@ class TrainingLoop:
                 self.parts.learner.skip_step()
             sync_start = time.perf_counter()
             await self._publish_weights()
+            self.learner_busy = None
             # weight_sync_s: loading weights into the engine (issue 8's figure); sync_s adds taking
             # the learner's snapshot (the step-time breakdown's "sync").
             metrics["perf/weight_sync_s"] = self._sync_s

@@ -10,6 +10,14 @@ What a first signal does depends on where the run is:
   run saves a checkpoint that resumes exactly (see :mod:`grpo_run.core.loop.run`);
 * finishing (final checkpoint, closing): the run is ending anyway and ends normally.
 
+A stop requested on the event loop waits for the loop to take it. Code that holds the loop
+without awaiting (``time.sleep`` or a synchronous HTTP client inside an environment's ``async
+def``) would keep the request queued for good, and only a second signal would end the run, saving
+nothing. So a first signal also starts a thread: when the loop has not taken the request within
+:data:`STUCK_GRACE_S` while known code holds it (``held_by``), that thread calls ``on_stuck``
+(which saves what can be saved safely and says what it could not), prints where the run stands,
+takes the child processes along and exits with :data:`EXIT_CODES`.
+
 A second signal kills this process's child processes (scoring workers, engine servers) and exits
 at once with :data:`EXIT_CODES` without saving; the previous checkpoint is untouched (a
 checkpoint is renamed into place only once complete).
@@ -26,6 +34,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -34,6 +43,8 @@ from typing import Any
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it."""
+STUCK_GRACE_S = 2.0
+"""How long a first signal waits for a held event loop to take the stop request."""
 
 
 class StopRequested(BaseException):
@@ -78,6 +89,9 @@ class StopSignals:
         self._request_stop: Callable[[str], Any] | None = None
         self._building = True
         self._previous: dict[int, Any] = {}
+        self._taken = threading.Event()
+        self._held_by: Callable[[], tuple[str, float] | None] | None = None
+        self._on_stuck: Callable[[str, str], list[str]] | None = None
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -90,17 +104,31 @@ class StopSignals:
             signal.signal(signum, handler)
         self._previous.clear()
 
-    def looping(self, loop: asyncio.AbstractEventLoop, request_stop: Callable[[str], Any]) -> None:
-        """The training loop runs on ``loop``: a first signal calls ``request_stop(name)`` there."""
+    def looping(self, loop: asyncio.AbstractEventLoop, request_stop: Callable[[str], Any], *,
+                held_by: Callable[[], tuple[str, float] | None] | None = None,
+                on_stuck: Callable[[str, str], list[str]] | None = None) -> None:
+        """The training loop runs on ``loop``: a first signal calls ``request_stop(name)`` there.
+
+        ``held_by()``: what holds the loop right now and for how long (None: nothing known).
+        ``on_stuck(signal_name, holder)``: called on another thread when the loop stays held after
+        a first signal; saves what it safely can and returns the lines to print before exiting."""
         self._building = False
         self._loop, self._request_stop = loop, request_stop
+        self._held_by, self._on_stuck = held_by, on_stuck
         if self.received is not None:  # arrived between building and now
-            loop.call_soon(request_stop, self.received)
+            loop.call_soon(self._take, self.received)
 
     def finishing(self) -> None:
         """The loop is over: a first signal no longer changes anything."""
         self._building = False
         self._loop = self._request_stop = None
+        self._held_by = self._on_stuck = None
+
+    def _take(self, name: str) -> None:
+        """On the loop's thread: the loop took the stop request."""
+        self._taken.set()
+        if self._request_stop is not None:
+            self._request_stop(name)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -110,9 +138,37 @@ class StopSignals:
         again = "press Ctrl-C again" if name == "SIGINT" else f"send {name} again"
         self.notice(f"{name} received: stopping safely and saving a checkpoint ({again} to exit at once)")
         if self._loop is not None and self._request_stop is not None:
-            self._loop.call_soon_threadsafe(self._request_stop, name)
+            self._loop.call_soon_threadsafe(self._take, name)
+            if self._held_by is not None and self._on_stuck is not None:
+                threading.Thread(target=self._watch_held_loop, args=(name,), name="grpo-run-stop-watch",
+                                 daemon=True).start()
         elif self._building:
             raise StopRequested(name)
+
+    def _watch_held_loop(self, name: str) -> None:
+        """A first signal's request waits on the loop; when known code keeps holding the loop,
+        stop from this thread instead (saving what :attr:`_on_stuck` can)."""
+        since = time.monotonic()
+        while not self._taken.wait(0.1):
+            held_by, on_stuck = self._held_by, self._on_stuck
+            if held_by is None or on_stuck is None:
+                return  # the loop is over: the run is finishing normally
+            held = held_by()
+            if held is None or time.monotonic() - since < STUCK_GRACE_S:
+                continue
+            holder, seconds = held
+            what = f"{holder} has held the event loop for {seconds:.0f} s"
+            self.notice(f"{name}: {what}; stopping from outside the loop")
+            try:
+                lines = on_stuck(name, what)
+            except BaseException as exc:  # noqa: BLE001 - exiting anyway; the previous checkpoint stands
+                lines = [f"could not save ({type(exc).__name__}: {exc}); the previous checkpoint is intact"]
+            if self._taken.is_set():
+                return  # the loop woke up meanwhile and stops on its own
+            for line in lines:
+                self.notice(line)
+            kill_child_processes()
+            os._exit(EXIT_CODES.get(name, 130))
 
     def _exit_now(self, name: str) -> None:
         """Second signal: take the child processes along and leave without cleaning up."""

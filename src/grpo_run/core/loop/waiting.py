@@ -4,7 +4,9 @@ A run can sit for minutes with nothing to show: a slow or hung verifier, an engi
 weights, a long learner step. When the loop's stages (as :class:`~.pipeline.PipelineMonitor`
 keeps them) have not moved for ``logging.report_waits_s`` seconds, :class:`WaitReporter` prints
 one line naming what is in progress and for how long, and again every ``report_waits_s`` while
-nothing moves: ``still waiting (30 s without progress): batch 3 scoring for 31 s``.
+nothing moves: ``still waiting (30 s without progress): batch 3 scoring for 31 s``. With an
+environment, the line also says what its calls are doing (``environment 'x': 4 call(s) running,
+the longest step for 95 s, 2 hung call(s) abandoned``).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ def describe_waits(snapshot: Mapping[str, Any]) -> str:
 class WaitReporter:
     """Prints (through ``say``) and logs what the loop waits for when it has been quiet."""
 
-    def __init__(self, monitor: PipelineMonitor, say: Callable[[str], None], every_s: float) -> None:
+    def __init__(self, monitor: PipelineMonitor, say: Callable[[str], None], every_s: float,
+                 also: Callable[[], str | None] | None = None) -> None:
         self.monitor = monitor
+        self.also = also
+        """More about what is in progress (the environment's calls), or None when it has nothing."""
         self.say = say
         self.every_s = every_s
         self._reported_at: float | None = None
@@ -61,5 +66,8 @@ class WaitReporter:
         if quiet >= self.every_s and now - since >= self.every_s:
             self._reported_at = now
             doing = describe_waits(self.monitor.snapshot())
+            extra = self.also() if self.also is not None else None
+            if extra:
+                doing = f"{doing}; {extra}"
             self.say(f"still waiting ({quiet:.0f} s without progress): {doing}")
             get_logger().info("waiting", quiet_s=round(quiet, 1), doing=doing)

@@ -37,16 +37,25 @@ from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
 from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
+from grpo_run.core.errors import RunError
 from grpo_run.core.rollout import env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
-from grpo_run.core.rollout.env_threads import DaemonThreadPool
+from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
-from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
+from grpo_run.core.runlog import get_logger
+from grpo_run.core.scoring.loop_watchdog import LoopWatchdog, StepMonitor, Tracked
 
 EXITS = (KeyboardInterrupt, SystemExit)
 """Raised by environment code itself (``sys.exit()``, ``raise KeyboardInterrupt``): a dropped
 episode. The run's own Ctrl-C is a signal handler, never one of these inside an episode."""
+BLOCKED_WARN_S = 2.0
+"""An environment call holding the event loop this long is reported (or step_timeout_s if shorter)..."""
+BLOCKED_REPEAT_S = 10.0
+"""... and again every this many seconds while it still holds it."""
+HANG_GRACE_S = 10.0
+"""A synchronous call abandoned at step_timeout_s hangs when it still runs this much later (or
+step_timeout_s later, if longer); more hanging calls than environment.workers stop the run."""
 
 
 class EpisodeFailed(Exception):
@@ -80,15 +89,45 @@ class EpisodeRunner:
         self.settings = settings
         self.params = params
         """Sampling of a turn; ``max_new_tokens`` is the episode's total budget."""
-        self.pool = pool if pool is not None else DaemonThreadPool(settings.workers)
+        self.pool = pool if pool is not None else DaemonThreadPool(
+            settings.workers, hang_grace_s=max(settings.step_timeout_s, HANG_GRACE_S))
         self.batcher = TurnBatcher(engine)
         self.prompt_limit = prompt_limit
         """The longest first prompt of a driven episode (``None``: no limit)."""
         self.context_tokens = context_tokens
-        self._monitor = StepMonitor()
+        self.monitor = StepMonitor()
+        """Which environment call holds the event loop, if one does (read by the loop watchdog
+        and by the stop-signal handling)."""
+        self.warning_sink: Callable[[str], None] | None = None
+        """Also shows the watchdog's warnings (the run points it at the console); always logged."""
+        self._in_flight: dict[int, tuple[str, float]] = {}
+        self._hung: dict[str, int] = {}
+        self._watchdog = LoopWatchdog(self.monitor, min(settings.step_timeout_s, BLOCKED_WARN_S), self._report_blocked,
+                                      describe=_describe_blocking, repeat_s=BLOCKED_REPEAT_S)
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
 
     def close(self) -> None:
+        self._watchdog.close()
         self.pool.close()
+
+    def describe_waits(self) -> str | None:
+        """What the environment is doing, for the run's ``still waiting`` line (None: nothing)."""
+        now = time.monotonic()
+        parts = []
+        if self._in_flight:
+            what, since = min(self._in_flight.values(), key=lambda c: c[1])
+            parts.append(f"{len(self._in_flight)} call(s) in progress, the longest {what} for {now - since:.0f} s")
+        if self.pool.hung:
+            parts.append(f"{self.pool.hung} hung call(s) abandoned")
+        return f"environment {self.name!r}: " + ", ".join(parts) if parts else None
+
+    def _report_blocked(self, text: str) -> None:
+        get_logger().warning("event loop blocked", detail=text)
+        if self.warning_sink is not None:
+            self.warning_sink(text)
 
     async def run_many(self, rows: Sequence[Mapping[str, Any]], seeds: Sequence[int], params: SamplingParams
                        ) -> list[Episode | EpisodeFailed]:
@@ -244,7 +283,7 @@ class EpisodeRunner:
         chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample,
                            prompt_limit=self.prompt_limit)
         started = time.perf_counter()
-        tracked = Tracked(self.env.run_episode(row, seed, chat), "environment run_episode", self._monitor)
+        tracked = Tracked(self.env.run_episode(row, seed, chat), f"environment {self.name!r} run_episode", self.monitor)
         try:
             result = await tracked
         except (Exception, *EXITS) as exc:
@@ -302,10 +341,18 @@ class EpisodeRunner:
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
         limit = self.settings.step_timeout_s
         check = check or _same
+        key = id(args)  # a fresh tuple per call
+        self._in_flight[key] = (what, time.monotonic())
         try:
             if not inspect.iscoroutinefunction(fn):
-                return await self.pool.run(_checked, fn, args, check, timeout=limit)
-            tracked = Tracked(fn(*args), f"environment {what}", self._monitor)
+                try:
+                    return await self.pool.run(_checked, fn, args, check, timeout=limit)
+                except CallTimedOut as exc:
+                    label = f"{what} in {exc.doing}" if exc.doing else what
+                    self._hung[label] = self._hung.get(label, 0) + 1
+                    raise EpisodeFailed(f"environment {label} ran longer than environment.step_timeout_s = "
+                                        f"{limit:g}", timed_out=True) from None
+            tracked = Tracked(fn(*args), f"environment {self.name!r} {what}", self.monitor)
             result = await asyncio.wait_for(_no_exit(tracked, what), limit)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
@@ -315,12 +362,28 @@ class EpisodeRunner:
         except asyncio.TimeoutError:
             raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}",
                                 timed_out=True) from None
+        except TooManyHungCalls as exc:
+            hung = ", ".join(f"{call} {n}x" for call, n in sorted(self._hung.items())) or "cut by the episode's limit"
+            raise RunError(
+                f"environment {self.name!r}: {exc.hung} synchronous calls hang, still running "
+                f"{self.pool.hang_grace_s:g} s after their environment.step_timeout_s = {limit:g} ({hung}; at most "
+                f"{exc.limit} may, one per environment.workers): its code waits for something that never comes "
+                f"(a lock, a network call without a timeout, input())") from None
         except EpisodeFailed:
             raise
         except env_returns.BadReturn as exc:
             raise EpisodeFailed(f"environment {what} returned {exc}") from None
         except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment {what} raised {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._in_flight.pop(key, None)
+
+
+def _describe_blocking(name: str, blocked: float) -> str:
+    return (f"{name} has held the event loop for {blocked:.0f} s: nothing else runs (no generation, no "
+            f"learner step, no timeout) until it returns. It calls something blocking "
+            f"(time.sleep, a synchronous HTTP client) inside `async def`; await an async one instead, "
+            f"or make it a plain def, which runs on a thread under environment.step_timeout_s")
 
 
 def _same(value: Any) -> Any:

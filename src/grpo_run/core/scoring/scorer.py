@@ -205,6 +205,11 @@ class RewardScorer:
         """Worker processes replaced so far for ``max_calls_per_worker`` / ``max_worker_rss_mb``."""
         return self._sync.recycled
 
+    def loop_held(self) -> tuple[str, float] | None:
+        """The async verifier holding the event loop right now and for how long (any thread)."""
+        held = self._async.monitor.held()
+        return None if held is None else (f"async verifier {held[0]!r}", held[1])
+
     def show_warnings_with(self, sink: Callable[[str], None]) -> None:
         """Also show runtime warnings meant for a person (an async verifier blocking the event
         loop) through ``sink``, e.g. the run's console; they are always logged."""

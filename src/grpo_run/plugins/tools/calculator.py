@@ -2,12 +2,14 @@
 
 Numbers, ``+ - * / // % **``, unary signs and parentheses; integers stay exact, a division that
 does not come out whole gives a decimal. Limits keep a hostile expression cheap: its length, the
-size of an exponent and of every intermediate result.
+size of an exponent and of every intermediate result. Whatever the input, the only exception it
+raises is :class:`grpo_run.ToolError` (the tools contract).
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -58,6 +60,8 @@ def evaluate(expression: str, config: CalculatorConfig = CalculatorConfig()) -> 
 
 def _value(node: ast.AST, config: CalculatorConfig) -> Fraction:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        if not math.isfinite(node.value):  # 1e309 reads as inf
+            raise ToolError(f"{ast.unparse(node)[:20]} is too large")
         return _bounded(Fraction(node.value), config)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_value(node.operand, config))
@@ -77,7 +81,10 @@ def _value(node: ast.AST, config: CalculatorConfig) -> Fraction:
 
 
 def _bounded(value: Fraction, config: CalculatorConfig) -> Fraction:
-    if max(len(str(abs(value.numerator))), len(str(value.denominator))) > config.max_digits:
+    # Compared with 10**max_digits, not measured with str(): a power of two bounded operands can
+    # reach thousands of digits, past Python's int-to-string limit (a ValueError).
+    bound = 10**config.max_digits
+    if abs(value.numerator) >= bound or value.denominator >= bound:
         raise ToolError(f"a result has more than {config.max_digits} digits")
     return value
 
@@ -106,7 +113,11 @@ class CalculatorTool:
         }
 
     def __call__(self, arguments: Mapping[str, Any]) -> str:
-        expression = arguments.get("expression")
+        expression = arguments.get("expression") if isinstance(arguments, Mapping) else None
         if not isinstance(expression, str):
             raise ToolError("calculator needs a string argument 'expression'")
-        return evaluate(expression, self.config)
+        try:
+            return evaluate(expression, self.config)
+        except (ArithmeticError, ValueError, RecursionError, MemoryError) as exc:
+            # Last line of defence: the limits above should leave nothing to catch here.
+            raise ToolError(f"cannot evaluate {expression[:40]!r}: {type(exc).__name__}") from None

@@ -73,9 +73,13 @@ class PythonTool:
         }
 
     def __call__(self, arguments: Mapping[str, Any]) -> str:
-        code = arguments.get("code")
+        code = arguments.get("code") if isinstance(arguments, Mapping) else None
         if not isinstance(code, str):
             raise ToolError("python needs a string argument 'code'")
+        try:
+            code.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: no program file can hold it
+            raise ToolError(f"the program is not valid text ({exc.reason} at character {exc.start})") from None
         c = self.config
         result = run_sandboxed(code, limits=c.limits(), python=c.python, bwrap=c.bwrap, sandboxed=not c.unsandboxed)
         out = result.stdout.decode("utf-8", "replace")

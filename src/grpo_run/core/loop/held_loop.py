@@ -1,0 +1,66 @@
+"""Saving what can be saved when a stop signal finds the event loop held by blocking code.
+
+An environment's ``async def`` that calls something blocking holds the event loop: the stop
+request of a first SIGINT/SIGTERM waits behind it, possibly for good (a synchronous HTTP call to
+the run's own agent endpoint never returns). :mod:`.signals` then calls :func:`save_on_held_loop`
+from its own thread. It saves the checkpoint of the last finished step only when that is
+certainly consistent:
+
+* the learner is idle: no batch is in its learner step (:attr:`TrainingLoop.learner_busy`; one
+  running on a worker thread, or finished but not yet published by the held loop, would make the
+  weights and the step count disagree), and a learner step cannot start meanwhile
+  (:attr:`TrainingLoop.learner_held`);
+* the loop is still held by the same code after that flag is set (had it woken up, it stops and
+  saves on its own, as after any first signal).
+
+A checkpoint is written into a temporary directory and renamed into place when complete (see
+:func:`~grpo_run.core.loop.checkpoint.save_checkpoint`), and the run's ``save`` holds a lock and
+saves a step once, so a save from here and one from the loop never interleave. Otherwise nothing is written and the
+previous checkpoint stands, as the returned note says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from grpo_run.core.loop.observers import Checkpointer
+
+
+@attrs.frozen
+class HeldLoopSave:
+    step: int
+    """Learner steps completed."""
+    checkpoint: Path | None
+    """The checkpoint to resume from (just saved, or an earlier one); None when there is none."""
+    note: str | None
+    """What could not be saved, and why (None: the last finished step is saved)."""
+
+
+def save_on_held_loop(
+    loop: Any,
+    checkpointer: Checkpointer,
+    held_by: Callable[[], tuple[str, float] | None],
+    checkpoint_of: Callable[[int], Path],
+    start: tuple[int, Path | None],
+) -> HeldLoopSave | None:
+    """Save the last finished step if that is safe (see the module docstring). ``loop``: the
+    :class:`~grpo_run.core.loop.scheduler.TrainingLoop`; ``checkpoint_of(step)``: its directory;
+    ``start``: the step the run started at and the checkpoint it resumed from. None when the
+    loop is no longer held (it stops and saves on its own)."""
+    loop.learner_held = True
+    if held_by() is None:
+        return None
+    start_step, resumed_from = start
+    step = loop.state.version
+    previous = checkpoint_of(checkpointer.last_saved) if checkpointer.last_saved > start_step else resumed_from
+    if loop.learner_busy is not None:
+        return HeldLoopSave(step, previous, f"the learner was in step {loop.learner_busy}, which is not saved")
+    if step <= start_step:
+        return HeldLoopSave(step, resumed_from, None)
+    rollout_state: Mapping[str, Any] | None = loop.resume_rollout_state()
+    checkpointer.save_now(step, rollout_state)
+    return HeldLoopSave(step, checkpoint_of(step), None)
