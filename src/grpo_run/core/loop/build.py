@@ -224,18 +224,25 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
     env = cfg.environment
     if env is None:
         return None
+    from grpo_run.core.rollout.env_processes import EnvironmentProcesses
     from grpo_run.core.rollout.episode_runner import EpisodeRunner
 
-    tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
+    processes = EnvironmentProcesses(env.name)
     try:
-        environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
-    except ValueError as exc:
-        raise UserError(f"environment {env.name!r}: {exc}") from None
-    renderer_name, renderer_config, note = chosen_renderer(cfg, registry, tokenizer)
+        with processes.constructing():  # what the constructors start lives until the run ends
+            tools = {name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()}
+            try:
+                environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
+            except ValueError as exc:
+                raise UserError(f"environment {env.name!r}: {exc}") from None
+        renderer_name, renderer_config, note = chosen_renderer(cfg, registry, tokenizer)
+        renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
+    except BaseException:
+        processes.close()
+        raise
     if note is not None and notes is not None:
         notes.append(note)
-    renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
-    return EpisodeRunner(environment, renderer, engine, env, params)
+    return EpisodeRunner(environment, renderer, engine, env, params, processes=processes)
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

@@ -20,6 +20,7 @@ records the episode under the same rules, and its episode is timed, failed and c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import math
 import time
@@ -34,11 +35,14 @@ from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Rende
 from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, EpisodeResult, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.chat_session import ChatSession
+from grpo_run.core.rollout.env_processes import EnvironmentProcesses
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
 
+_EPISODE: contextvars.ContextVar[object | None] = contextvars.ContextVar("grpo_run_episode", default=None)
+"""The episode whose environment calls run in this context: the owner of the processes they start."""
 
 
 class EpisodeFailed(Exception):
@@ -61,6 +65,7 @@ class EpisodeRunner:
         params: SamplingParams,
         *,
         pool: DaemonThreadPool | None = None,
+        processes: EnvironmentProcesses | None = None,
     ) -> None:
         self.env = env
         self.renderer = renderer
@@ -71,9 +76,12 @@ class EpisodeRunner:
         self.pool = pool if pool is not None else DaemonThreadPool(settings.workers)
         self.batcher = TurnBatcher(engine)
         self._monitor = StepMonitor()
+        self.processes = processes if processes is not None else EnvironmentProcesses(getattr(env, "name", "?"))
+        """The processes environment code starts: an episode's end when it is over, the rest at :meth:`close`."""
 
     def close(self) -> None:
         self.pool.close()
+        self.processes.close()
 
     async def run_many(self, rows: Sequence[Mapping[str, Any]], seeds: Sequence[int], params: SamplingParams
                        ) -> list[Episode | EpisodeFailed]:
@@ -100,6 +108,8 @@ class EpisodeRunner:
         run's (evaluation: greedy), ``max_new_tokens`` again the episode's total budget."""
         if not reserved:
             self.batcher.enter()
+        owner = object()
+        token = _EPISODE.set(owner)
         try:
             episode = self._episode(row, seed, sample, params or self.params)
             return await asyncio.wait_for(episode, self.settings.episode_timeout_s)
@@ -108,6 +118,8 @@ class EpisodeRunner:
                                 f"{self.settings.episode_timeout_s:g}", timed_out=True) from None
         finally:
             self.batcher.leave()
+            _EPISODE.reset(token)
+            self.processes.end(owner)  # the episode is over (closed): what it started goes too
 
     # -- one episode -------------------------------------------------------------------------
 
@@ -230,7 +242,8 @@ class EpisodeRunner:
         started = time.perf_counter()
         tracked = Tracked(self.env.run_episode(row, seed, chat), "environment run_episode", self._monitor)
         try:
-            result = await tracked
+            with self.processes.watching(_EPISODE.get()):
+                result = await tracked
         except Exception as exc:
             raise EpisodeFailed(f"environment run_episode raised {type(exc).__name__}: {exc}") from exc
         limit = self.settings.step_timeout_s
@@ -278,11 +291,13 @@ class EpisodeRunner:
         """``fn(*args)``: awaited when it is a coroutine function, else on the thread pool; under
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
         limit = self.settings.step_timeout_s
+        owner = _EPISODE.get()
         try:
             if not inspect.iscoroutinefunction(fn):
-                return await self.pool.run(fn, *args, timeout=limit)
+                return await self.pool.run(self.processes.on_thread(owner, fn), *args, timeout=limit)
             tracked = Tracked(fn(*args), f"environment {what}", self._monitor)
-            result = await asyncio.wait_for(tracked, limit)
+            with self.processes.watching(owner):
+                result = await asyncio.wait_for(tracked, limit)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
                     f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "

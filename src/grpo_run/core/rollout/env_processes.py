@@ -1,0 +1,202 @@
+"""The processes environment code starts, ended when nothing needs them any more.
+
+Environment code runs in the trainer process, so a ``subprocess.Popen`` in a ``step`` makes a
+child of the trainer, beside the trainer's own: scoring workers, learner ranks, engine servers,
+Ray. Only what environment code started may be ended, so processes are attributed by the thread
+that started them, which Linux records (``/proc/self/task/<tid>/children``):
+
+* a plain ``reset``/``step``/``finish``/``close`` runs on a thread of the environment pool; the
+  children of that thread still alive when the call returns are the episode's (a pool thread
+  runs one call at a time, and nothing else runs on it);
+* an ``async def`` call, or ``run_episode``, runs on the event loop's thread: the children that
+  thread gained during the call are the episode's;
+* the environment's (and its tools') constructor runs on the thread that builds the run: the
+  children it gained meanwhile are the environment's, for the whole run.
+
+An episode's processes, with every descendant seen of them, are ended (SIGKILL, then reaped)
+once the episode is over -- after its ``close`` -- and the run says so once; a process that
+should serve many episodes belongs in the constructor. Everything left (the environment's own,
+those of a call that never returned) is ended by :meth:`EnvironmentProcesses.close`, when the
+run closes its parts: at its normal end, after ``run stopped``, after a first SIGINT/SIGTERM.
+A second signal kills every child of the trainer anyway (:mod:`grpo_run.core.loop.signals`).
+
+Not covered: a process that leaves the tree before it is seen (double-forked daemons), children
+of threads the environment starts itself, and a SIGKILL of the trainer (no clean-up code runs).
+psutil does the process work; the thread attribution is Linux's (elsewhere nothing is tracked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import psutil
+
+from grpo_run.core.runlog import get_logger
+
+T = TypeVar("T")
+Key = tuple[int, float]
+"""A process by pid and start time (a pid reused by another process is never touched)."""
+ENVIRONMENT = "the environment"
+"""Owner of the processes the constructor started: ended only at :meth:`EnvironmentProcesses.close`."""
+
+
+class EnvironmentProcesses:
+    """The processes of one environment's code, by owner (an episode, or :data:`ENVIRONMENT`)."""
+
+    def __init__(self, env_name: str) -> None:
+        self.env_name = env_name
+        self.ended = 0
+        """Processes ended so far (episodes' and, after :meth:`close`, the environment's)."""
+        self._owners: dict[Key, set[Any]] = {}
+        self._procs: dict[Key, psutil.Process] = {}
+        self._threads: set[int] = set()
+        self._lock = threading.Lock()
+        self._told = False
+        self.warn: Callable[[str], None] | None = None
+        """Shows the run's one line about ended processes on the console (the log has it anyway)."""
+
+    # -- attribution -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def constructing(self) -> Iterator[None]:
+        """The block builds the environment: children this thread gains in it are the environment's."""
+        with self.watching(ENVIRONMENT):
+            yield
+
+    @contextlib.contextmanager
+    def watching(self, owner: Any) -> Iterator[None]:
+        """Children the current thread gains during the block belong to ``owner`` (the event
+        loop's thread around an ``async def`` call, the building thread around a constructor)."""
+        tid = threading.get_native_id()
+        before = set(_thread_children(tid))
+        try:
+            yield
+        finally:
+            self._adopt(owner, [pid for pid in _thread_children(tid) if pid not in before])
+
+    def on_thread(self, owner: Any, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` for a pool thread: afterwards, that thread's children not yet known are ``owner``'s."""
+
+        @functools.wraps(fn)
+        def call(*args: Any) -> T:
+            tid = threading.get_native_id()
+            with self._lock:
+                self._threads.add(tid)
+            try:
+                return fn(*args)
+            finally:
+                self._adopt(owner, _thread_children(tid))
+
+        return call
+
+    def _adopt(self, owner: Any, pids: list[int]) -> None:
+        found = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                found += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                continue
+        with self._lock:
+            for proc in found:
+                try:
+                    key = (proc.pid, proc.create_time())
+                except psutil.Error:
+                    continue
+                if key not in self._owners:  # first seen: its owner; seen again from a pool thread: known
+                    self._owners[key] = {owner}
+                    self._procs[key] = proc
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def end(self, owner: Any) -> int:
+        """End the processes ``owner`` started (and their descendants); returns how many were alive."""
+        with self._lock:
+            keys = [k for k, owners in self._owners.items() if owner in owners]
+            for key in keys:
+                del self._owners[key]
+            procs = [self._procs.pop(k) for k in keys]
+        if not procs:
+            return 0
+        what = _command(procs[0])
+        ended = _kill_trees(procs)
+        self.ended += ended
+        if ended and owner is not ENVIRONMENT and not self._told:
+            self._told = True
+            text = (f"environment {self.env_name!r} left {ended} process(es) running after an episode ({what}); "
+                    f"ended them, as every process an episode starts is once the episode is over (start one "
+                    f"that serves many episodes in the environment's __init__: it lives until the run ends)")
+            get_logger().warning("environment_processes_ended", message=text)
+            if self.warn is not None:
+                self.warn(text)
+        return ended
+
+    def close(self) -> int:
+        """End every process left: the environment's own, any episode's, and the children of pool
+        threads whose call never returned. Returns how many were alive."""
+        with self._lock:
+            threads = sorted(self._threads)
+        for tid in threads:  # a hung call's thread: whatever it started is the environment's
+            self._adopt(ENVIRONMENT, _thread_children(tid))
+        with self._lock:
+            procs = list(self._procs.values())
+            self._owners.clear()
+            self._procs.clear()
+        ended = _kill_trees(procs)
+        self.ended += ended
+        if self.ended:
+            get_logger().info("environment_processes", environment=self.env_name, ended=self.ended)
+        return ended
+
+
+def _thread_children(tid: int) -> list[int]:
+    """Pids of the live children the thread ``tid`` of this process started (Linux; else none)."""
+    try:
+        with open(f"/proc/{os.getpid()}/task/{tid}/children", encoding="ascii") as fh:
+            return [int(pid) for pid in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_trees(procs: list[psutil.Process]) -> int:
+    """SIGKILL ``procs`` and every descendant of theirs still alive, then reap them; how many were alive."""
+    victims: dict[int, psutil.Process] = {}
+    for proc in procs:
+        try:
+            if not proc.is_running():  # gone, or its pid now belongs to another process
+                continue
+            for member in [proc, *proc.children(recursive=True)]:
+                victims.setdefault(member.pid, member)
+        except psutil.Error:
+            continue
+    alive = []
+    for proc in victims.values():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+            proc.kill()
+        except psutil.Error:
+            continue
+    # Reap the trainer's own children (never wait on the others: a killed grandchild stays a
+    # zombie until whoever adopts it reaps it, and waiting for that would stall the event loop).
+    own = []
+    for proc in victims.values():
+        try:
+            if proc.ppid() == os.getpid():
+                own.append(proc)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(own, timeout=1.0)
+    return len(alive)
+
+
+def _command(proc: psutil.Process) -> str:
+    try:
+        return f"pid {proc.pid}: " + (" ".join(proc.cmdline())[:80] or proc.name())
+    except psutil.Error:
+        return "?"
