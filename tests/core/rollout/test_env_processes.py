@@ -1,7 +1,7 @@
 """Processes environment code starts never outlive what started them: an installed environment
 package whose constructor starts one ``sleep`` and whose every ``reset`` and ``step`` (plain and
 ``async def``) starts more, run by ``grpo-run`` to its end and stopped by SIGTERM. The trainer's
-own children (the scoring workers here) are never touched."""
+own children (the scoring workers here) are never touched. The memory it keeps is said."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import json
+import re
 import subprocess
 import threading
 import time
@@ -29,6 +30,7 @@ import attrs
 import grpo_run
 
 SECONDS = "{seconds}"
+KEPT = []
 
 
 @attrs.frozen
@@ -37,15 +39,18 @@ class Config:
 
 
 class Spawner:
-    """Starts `sleep` children and never ends them: one at construction, one per reset and step."""
+    """Starts `sleep` children and never ends them: one at construction, one per reset and step.
+    Keeps 40 MB per episode for good."""
 
     name = "spawner"
     Config = Config
+    KEEP_MB = 40
 
     def __init__(self, config, tools):
         self.server = subprocess.Popen(["sleep", SECONDS])  # meant to serve the whole run
 
     def reset(self, row, seed):
+        KEPT.append(b"x" * (self.KEEP_MB << 20))
         subprocess.Popen(["sh", "-c", f"sleep {{SECONDS}}; true"])  # a tree: sh and its sleep
         return grpo_run.EnvReset([{{"role": "user", "content": "1+1"}}])
 
@@ -57,6 +62,7 @@ class Spawner:
 
 class AsyncSpawner(Spawner):
     name = "async-spawner"
+    KEEP_MB = 0
 
     async def step(self, state, action):
         await asyncio.create_subprocess_exec("sleep", SECONDS)
@@ -157,6 +163,12 @@ def test_no_process_an_environment_starts_outlives_the_run(tmp_path, package):
     flat = " ".join(done.output.split())
     assert f"warning: environment '{env}' left" in flat and "ended them" in flat
     assert flat.count(f"environment '{env}' left") == 1  # said once
+    # 8 episodes x 40 MB a step: said past 256 MB (step 1), again past 512 MB (step 2), as it happens
+    grown = [int(mb) for mb in re.findall(r"the trainer's memory grew by (\d+) MB while environment 'spawner'", flat)]
+    assert len(grown) == 2 and 256 <= grown[0] and 512 <= grown[1] < 1024, flat
+    events = [json.loads(line)["event"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    said = [e for e in events if e in ("environment_memory", "step")]
+    assert said == ["environment_memory", "step", "environment_memory", "step"], said  # while it happens
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["env/error_rate"] for m in metrics] == [0.0, 0.0]  # its own process lived through every step
 

@@ -23,6 +23,13 @@ A second signal kills every child of the trainer anyway (:mod:`grpo_run.core.loo
 Not covered: a process that leaves the tree before it is seen (double-forked daemons), children
 of threads the environment starts itself, and a SIGKILL of the trainer (no clean-up code runs).
 psutil does the process work; the thread attribution is Linux's (elsewhere nothing is tracked).
+
+Memory: environment code shares the trainer's heap, so what it keeps is not told apart from the
+trainer's own. What can be said is how much the trainer's resident memory grew *while plain
+environment calls ran* (each call's growth above the largest size seen before, summed):
+the run says so when that passes :data:`MEMORY_WARNING_MB`, and again at every doubling, while it
+happens. Growth in the same moments from elsewhere (a first large generation) counts too, so the
+line says what was measured, not whom to blame.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from grpo_run.core.runlog import get_logger
 T = TypeVar("T")
 Key = tuple[int, float]
 """A process by pid and start time (a pid reused by another process is never touched)."""
+MEMORY_WARNING_MB = 256
+"""Growth of the trainer's memory during environment calls that is first said (then 2x, 4x, ...)."""
 ENVIRONMENT = "the environment"
 """Owner of the processes the constructor started: ended only at :meth:`EnvironmentProcesses.close`."""
 
@@ -57,6 +66,11 @@ class EnvironmentProcesses:
         self._threads: set[int] = set()
         self._lock = threading.Lock()
         self._told = False
+        self.grown_bytes = 0
+        """Growth of the trainer's resident memory during plain environment calls, summed."""
+        self._next_warning = MEMORY_WARNING_MB << 20
+        self._me = psutil.Process()
+        self._peak = 0
         self.warn: Callable[[str], None] | None = None
         """Shows the run's one line about ended processes on the console (the log has it anyway)."""
 
@@ -87,12 +101,41 @@ class EnvironmentProcesses:
             tid = threading.get_native_id()
             with self._lock:
                 self._threads.add(tid)
+            before = self._rss()
             try:
                 return fn(*args)
             finally:
+                self._grew(before, self._rss())
                 self._adopt(owner, _thread_children(tid))
 
         return call
+
+    def _rss(self) -> int:
+        try:
+            return int(self._me.memory_info().rss)
+        except psutil.Error:
+            return 0
+
+    def _grew(self, before: int, after: int) -> None:
+        """Count the part of a call's growth above every resident size seen at a call's end so far
+        (concurrent calls see each other's growth: it is counted once)."""
+        with self._lock:
+            counted = after - max(before, self._peak)
+            self._peak = max(self._peak, after)
+            if counted <= 0:
+                return
+            self.grown_bytes += counted
+            if self.grown_bytes < self._next_warning:
+                return
+            while self._next_warning <= self.grown_bytes:
+                self._next_warning *= 2
+            grown = self.grown_bytes
+        text = (f"the trainer's memory grew by {grown / 2**20:.0f} MB while environment {self.env_name!r} ran "
+                f"its calls (resident now {self._rss() / 2**30:.1f} GB); environment code runs in the trainer, "
+                f"so what it keeps between episodes is never given back")
+        get_logger().warning("environment_memory", message=text, grown_mb=round(grown / 2**20, 1))
+        if self.warn is not None:
+            self.warn(text)
 
     def _adopt(self, owner: Any, pids: list[int]) -> None:
         found = []
@@ -149,8 +192,9 @@ class EnvironmentProcesses:
             self._procs.clear()
         ended = _kill_trees(procs)
         self.ended += ended
-        if self.ended:
-            get_logger().info("environment_processes", environment=self.env_name, ended=self.ended)
+        if self.ended or self.grown_bytes:
+            get_logger().info("environment_processes", environment=self.env_name, ended=self.ended,
+                              memory_grown_mb=round(self.grown_bytes / 2**20, 1))
         return ended
 
 
