@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from grpo_run.core.rollout.env_processes import ENVIRONMENT, EnvironmentProcesses
+from grpo_run.core.rollout.env_processes import ENVIRONMENT, EnvironmentProcesses, EpisodeOwner
 from support.processes import metrics_steps, run_grpo
 
 pytestmark = pytest.mark.timeout(240)
@@ -199,7 +199,7 @@ def test_only_the_children_of_environment_calls_are_ended():
     try:
         with processes.constructing():
             server = subprocess.Popen(["sleep", "60"])
-        episode = object()
+        episode = EpisodeOwner()
         started: list[subprocess.Popen] = []
         worker = threading.Thread(target=processes.on_thread(episode, lambda: started.append(
             subprocess.Popen(["sleep", "60"]))))
@@ -235,3 +235,20 @@ def test_a_call_that_never_returned_has_its_children_ended_at_close():
     assert _ended(children[0])
     release.set()
     worker.join(5)
+
+
+def test_a_call_that_returns_after_its_episode_ended_has_its_children_ended_at_once():
+    processes = EnvironmentProcesses("late")
+    episode, release = EpisodeOwner(), threading.Event()
+    children: list[subprocess.Popen] = []
+
+    def late() -> None:
+        release.wait(30)
+        children.append(subprocess.Popen(["sleep", "60"]))
+
+    worker = threading.Thread(target=processes.on_thread(episode, late))
+    worker.start()
+    assert processes.end(episode) == 0  # the episode timed out; its call runs on
+    release.set()
+    worker.join(10)
+    assert _ended(children[0]) and processes.ended == 1

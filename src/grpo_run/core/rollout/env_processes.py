@@ -38,6 +38,7 @@ import contextlib
 import functools
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -54,8 +55,15 @@ ENVIRONMENT = "the environment"
 """Owner of the processes the constructor started: ended only at :meth:`EnvironmentProcesses.close`."""
 
 
+class EpisodeOwner:
+    """The owner of one episode's processes (a fresh one per episode)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class EnvironmentProcesses:
-    """The processes of one environment's code, by owner (an episode, or :data:`ENVIRONMENT`)."""
+    """The processes of one environment's code, by owner (an :class:`EpisodeOwner`, or
+    :data:`ENVIRONMENT`), and the trainer's memory growth during its calls."""
 
     def __init__(self, env_name: str) -> None:
         self.env_name = env_name
@@ -64,6 +72,8 @@ class EnvironmentProcesses:
         self._owners: dict[Key, set[Any]] = {}
         self._procs: dict[Key, psutil.Process] = {}
         self._threads: set[int] = set()
+        self._over: weakref.WeakSet[EpisodeOwner] = weakref.WeakSet()
+        """Episodes already ended: what a call of theirs that returns late started is ended at once."""
         self._lock = threading.Lock()
         self._told = False
         self.grown_bytes = 0
@@ -72,7 +82,7 @@ class EnvironmentProcesses:
         self._me = psutil.Process()
         self._peak = 0
         self.warn: Callable[[str], None] | None = None
-        """Shows the run's one line about ended processes on the console (the log has it anyway)."""
+        """Shows the lines about ended processes and memory on the console (the log has them anyway)."""
 
     # -- attribution -------------------------------------------------------------------------
 
@@ -154,12 +164,17 @@ class EnvironmentProcesses:
                 if key not in self._owners:  # first seen: its owner; seen again from a pool thread: known
                     self._owners[key] = {owner}
                     self._procs[key] = proc
+            late = isinstance(owner, EpisodeOwner) and owner in self._over
+        if late:  # an abandoned call (its episode timed out) returned after all
+            self.end(owner)
 
     # -- ending ------------------------------------------------------------------------------
 
     def end(self, owner: Any) -> int:
         """End the processes ``owner`` started (and their descendants); returns how many were alive."""
         with self._lock:
+            if isinstance(owner, EpisodeOwner):
+                self._over.add(owner)
             keys = [k for k, owners in self._owners.items() if owner in owners]
             for key in keys:
                 del self._owners[key]
@@ -168,7 +183,8 @@ class EnvironmentProcesses:
             return 0
         what = _command(procs[0])
         ended = _kill_trees(procs)
-        self.ended += ended
+        with self._lock:
+            self.ended += ended
         if ended and owner is not ENVIRONMENT and not self._told:
             self._told = True
             text = (f"environment {self.env_name!r} left {ended} process(es) running after an episode ({what}); "
@@ -191,7 +207,8 @@ class EnvironmentProcesses:
             self._owners.clear()
             self._procs.clear()
         ended = _kill_trees(procs)
-        self.ended += ended
+        with self._lock:
+            self.ended += ended
         if self.ended or self.grown_bytes:
             get_logger().info("environment_processes", environment=self.env_name, ended=self.ended,
                               memory_grown_mb=round(self.grown_bytes / 2**20, 1))

@@ -35,13 +35,13 @@ from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Rende
 from grpo_run.core.plugins.episodes import Action, EnvReset, EnvStep, EpisodeResult, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.chat_session import ChatSession
-from grpo_run.core.rollout.env_processes import EnvironmentProcesses
+from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwner
 from grpo_run.core.rollout.env_threads import DaemonThreadPool
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.scoring.loop_watchdog import StepMonitor, Tracked
 
-_EPISODE: contextvars.ContextVar[object | None] = contextvars.ContextVar("grpo_run_episode", default=None)
+_EPISODE: contextvars.ContextVar[EpisodeOwner | None] = contextvars.ContextVar("grpo_run_episode", default=None)
 """The episode whose environment calls run in this context: the owner of the processes they start."""
 
 
@@ -108,7 +108,7 @@ class EpisodeRunner:
         run's (evaluation: greedy), ``max_new_tokens`` again the episode's total budget."""
         if not reserved:
             self.batcher.enter()
-        owner = object()
+        owner = EpisodeOwner()
         token = _EPISODE.set(owner)
         try:
             episode = self._episode(row, seed, sample, params or self.params)
