@@ -252,3 +252,17 @@ def test_a_call_that_returns_after_its_episode_ended_has_its_children_ended_at_o
     release.set()
     worker.join(10)
     assert _ended(children[0]) and processes.ended == 1
+
+
+def test_a_child_of_overlapping_async_calls_lives_until_every_one_of_their_episodes_ended():
+    """Async calls of two episodes overlap on the event loop's thread: a child that appeared
+    while both were open may be either's, so it is ended only when both episodes are over."""
+    processes = EnvironmentProcesses("async")
+    a, b = EpisodeOwner(), EpisodeOwner()
+    with processes.watching(a):
+        with processes.watching(b):
+            child = subprocess.Popen(["sleep", "60"])
+        assert processes.end(b) == 0 and child.poll() is None  # b's call closed first: a may need it
+        alone = subprocess.Popen(["sleep", "60"])  # appeared while only a's call was open
+    assert processes.end(a) == 2
+    assert _ended(child) and _ended(alone)

@@ -9,7 +9,8 @@ that started them, which Linux records (``/proc/self/task/<tid>/children``):
   children of that thread still alive when the call returns are the episode's (a pool thread
   runs one call at a time, and nothing else runs on it);
 * an ``async def`` call, or ``run_episode``, runs on the event loop's thread: the children that
-  thread gained during the call are the episode's;
+  thread gained during the call are the episode's (and, when calls of several episodes overlapped
+  there, each of theirs: such a child lives until all of them are over);
 * the environment's (and its tools') constructor runs on the thread that builds the run: the
   children it gained meanwhile are the environment's, for the whole run.
 
@@ -72,6 +73,8 @@ class EnvironmentProcesses:
         self._owners: dict[Key, set[Any]] = {}
         self._procs: dict[Key, psutil.Process] = {}
         self._threads: set[int] = set()
+        self._windows: list[tuple[int, Any, frozenset[int]]] = []
+        """Open :meth:`watching` blocks: (thread, owner, that thread's children when it opened)."""
         self._over: weakref.WeakSet[EpisodeOwner] = weakref.WeakSet()
         """Episodes already ended: what a call of theirs that returns late started is ended at once."""
         self._lock = threading.Lock()
@@ -95,13 +98,23 @@ class EnvironmentProcesses:
     @contextlib.contextmanager
     def watching(self, owner: Any) -> Iterator[None]:
         """Children the current thread gains during the block belong to ``owner`` (the event
-        loop's thread around an ``async def`` call, the building thread around a constructor)."""
+        loop's thread around an ``async def`` call, the building thread around a constructor).
+
+        Blocks of several episodes overlap on the event loop's thread: a child that appeared while
+        more than one was open belongs to each of them, and is ended only when all have ended."""
         tid = threading.get_native_id()
-        before = set(_thread_children(tid))
+        window = (tid, owner, frozenset(_thread_children(tid)))
+        with self._lock:
+            self._windows.append(window)
         try:
             yield
         finally:
-            self._adopt(owner, [pid for pid in _thread_children(tid) if pid not in before])
+            with self._lock:
+                self._windows.remove(window)
+                others = [(o, before) for t, o, before in self._windows if t == tid]
+            new = [pid for pid in _thread_children(tid) if pid not in window[2]]
+            for pid in new:
+                self._adopt({owner, *(o for o, before in others if pid not in before)}, [pid], shared=True)
 
     def on_thread(self, owner: Any, fn: Callable[..., T]) -> Callable[..., T]:
         """``fn`` for a pool thread: afterwards, that thread's children not yet known are ``owner``'s."""
@@ -116,7 +129,7 @@ class EnvironmentProcesses:
                 return fn(*args)
             finally:
                 self._grew(before, self._rss())
-                self._adopt(owner, _thread_children(tid))
+                self._adopt({owner}, _thread_children(tid))
 
         return call
 
@@ -147,7 +160,9 @@ class EnvironmentProcesses:
         if self.warn is not None:
             self.warn(text)
 
-    def _adopt(self, owner: Any, pids: list[int]) -> None:
+    def _adopt(self, owners: set[Any], pids: list[int], shared: bool = False) -> None:
+        """Record ``pids`` and their descendants as ``owners``'; one already known keeps its
+        owners, or (``shared``: seen in overlapping blocks) gains these."""
         found = []
         for pid in pids:
             try:
@@ -161,11 +176,13 @@ class EnvironmentProcesses:
                     key = (proc.pid, proc.create_time())
                 except psutil.Error:
                     continue
-                if key not in self._owners:  # first seen: its owner; seen again from a pool thread: known
-                    self._owners[key] = {owner}
+                if key not in self._owners:  # first seen: its owners; seen again from a pool thread: known
+                    self._owners[key] = set(owners)
                     self._procs[key] = proc
-            late = isinstance(owner, EpisodeOwner) and owner in self._over
-        if late:  # an abandoned call (its episode timed out) returned after all
+                elif shared:
+                    self._owners[key] |= owners
+            late = [o for o in owners if isinstance(o, EpisodeOwner) and o in self._over]
+        for owner in late:  # an abandoned call (its episode timed out) returned after all
             self.end(owner)
 
     # -- ending ------------------------------------------------------------------------------
@@ -175,7 +192,11 @@ class EnvironmentProcesses:
         with self._lock:
             if isinstance(owner, EpisodeOwner):
                 self._over.add(owner)
-            keys = [k for k, owners in self._owners.items() if owner in owners]
+            keys = []
+            for key, owners in self._owners.items():
+                owners.discard(owner)
+                if not owners:  # no episode that may still need it is left
+                    keys.append(key)
             for key in keys:
                 del self._owners[key]
             procs = [self._procs.pop(k) for k in keys]
@@ -201,7 +222,7 @@ class EnvironmentProcesses:
         with self._lock:
             threads = sorted(self._threads)
         for tid in threads:  # a hung call's thread: whatever it started is the environment's
-            self._adopt(ENVIRONMENT, _thread_children(tid))
+            self._adopt({ENVIRONMENT}, _thread_children(tid))
         with self._lock:
             procs = list(self._procs.values())
             self._owners.clear()
