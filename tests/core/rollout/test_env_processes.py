@@ -184,6 +184,27 @@ def test_no_process_an_async_environment_starts_outlives_a_sigterm(tmp_path, pac
     assert not _sleeps(package)
 
 
+def test_an_environment_in_worker_processes_keeps_its_memory_there_under_a_limit(tmp_path, package):
+    """``isolation = "process"``: the 40 MB each episode keeps stay in the workers, which are
+    replaced past ``max_worker_rss_mb`` once their open episodes are closed; nothing is left."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.format(env="spawner", steps=2).replace(
+        'max_turns = 3', 'max_turns = 3\nisolation = "process"\nmax_worker_rss_mb = 150\nworkers = 2'))
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)], settle_s=3.0)
+    assert done.returncode == 0, done.output
+    assert not done.leftovers, done.leftovers
+    assert not _sleeps(package)
+    flat = " ".join(done.output.split())
+    assert "over environment.max_worker_rss_mb = 150; it takes no new episode" in flat, flat
+    assert "the trainer's memory grew" not in flat  # the memory was the workers'
+    assert "environment 'spawner' left" in flat  # an episode's processes are still ended with it
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["env/error_rate"] for m in metrics] == [0.0, 0.0]
+    events = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "environment_worker_replaced" for e in events) >= 2
+
+
 # -- the tracker on its own: only what environment code started is ended ------------------------
 
 

@@ -39,6 +39,7 @@ import contextlib
 import functools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -52,6 +53,8 @@ Key = tuple[int, float]
 """A process by pid and start time (a pid reused by another process is never touched)."""
 MEMORY_WARNING_MB = 256
 """Growth of the trainer's memory during environment calls that is first said (then 2x, 4x, ...)."""
+_CLOCK_SLACK_S = 0.05
+"""Process start times are read in clock ticks (10 ms): a margin for the comparison."""
 ENVIRONMENT = "the environment"
 """Owner of the processes the constructor started: ended only at :meth:`EnvironmentProcesses.close`."""
 
@@ -84,6 +87,8 @@ class EnvironmentProcesses:
         self._next_warning = MEMORY_WARNING_MB << 20
         self._me = psutil.Process()
         self._peak = 0
+        self._local = threading.local()
+        self._at_close: list[Callable[[], None]] = []
         self.warn: Callable[[str], None] | None = None
         """Shows the lines about ended processes and memory on the console (the log has them anyway)."""
 
@@ -103,6 +108,7 @@ class EnvironmentProcesses:
         Blocks of several episodes overlap on the event loop's thread: a child that appeared while
         more than one was open belongs to each of them, and is ended only when all have ended."""
         tid = threading.get_native_id()
+        opened = time.time() - _CLOCK_SLACK_S
         window = (tid, owner, frozenset(_thread_children(tid)))
         with self._lock:
             self._windows.append(window)
@@ -112,7 +118,7 @@ class EnvironmentProcesses:
             with self._lock:
                 self._windows.remove(window)
                 others = [(o, before) for t, o, before in self._windows if t == tid]
-            new = [pid for pid in _thread_children(tid) if pid not in window[2]]
+            new = [pid for pid in _thread_children(tid) if pid not in window[2] and _started_after(pid, opened)]
             for pid in new:
                 self._adopt({owner, *(o for o, before in others if pid not in before)}, [pid], shared=True)
 
@@ -125,13 +131,31 @@ class EnvironmentProcesses:
             with self._lock:
                 self._threads.add(tid)
             before = self._rss()
+            self._local.owner = owner
             try:
                 return fn(*args)
             finally:
+                self._local.owner = None
                 self._grew(before, self._rss())
                 self._adopt({owner}, _thread_children(tid))
 
         return call
+
+    def adopt_children_of(self, pid: int | None, owner: Any = None) -> None:
+        """Children of ``pid`` (an environment worker process) not yet known are ``owner``'s, by
+        default the owner of the call running on this thread (:meth:`on_thread`)."""
+        if pid is None:
+            return
+        owner = owner if owner is not None else getattr(self._local, "owner", None)
+        try:
+            children = [child.pid for child in psutil.Process(pid).children()]
+        except psutil.Error:
+            return
+        self._adopt({owner}, children)
+
+    def at_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` first when :meth:`close` is called (environment workers are ended there)."""
+        self._at_close.append(fn)
 
     def _rss(self) -> int:
         try:
@@ -203,7 +227,7 @@ class EnvironmentProcesses:
         if not procs:
             return 0
         what = _command(procs[0])
-        ended = _kill_trees(procs)
+        ended = kill_trees(procs)
         with self._lock:
             self.ended += ended
         if ended and owner is not ENVIRONMENT and not self._told:
@@ -219,6 +243,12 @@ class EnvironmentProcesses:
     def close(self) -> int:
         """End every process left: the environment's own, any episode's, and the children of pool
         threads whose call never returned. Returns how many were alive."""
+        for fn in self._at_close:
+            try:
+                fn()
+            except Exception as exc:  # closing: report, end the rest anyway
+                get_logger().warning("close_failed", error=f"{type(exc).__name__}: {exc}")
+        self._at_close.clear()
         with self._lock:
             threads = sorted(self._threads)
         for tid in threads:  # a hung call's thread: whatever it started is the environment's
@@ -227,13 +257,22 @@ class EnvironmentProcesses:
             procs = list(self._procs.values())
             self._owners.clear()
             self._procs.clear()
-        ended = _kill_trees(procs)
+        ended = kill_trees(procs)
         with self._lock:
             self.ended += ended
         if self.ended or self.grown_bytes:
             get_logger().info("environment_processes", environment=self.env_name, ended=self.ended,
                               memory_grown_mb=round(self.grown_bytes / 2**20, 1))
         return ended
+
+
+def _started_after(pid: int, when: float) -> bool:
+    """Whether ``pid`` started after ``when``: a process an exiting thread handed over to this one
+    (Linux moves a thread's children to another of the process) is older and not the call's."""
+    try:
+        return psutil.Process(pid).create_time() >= when
+    except psutil.Error:
+        return False
 
 
 def _thread_children(tid: int) -> list[int]:
@@ -245,7 +284,7 @@ def _thread_children(tid: int) -> list[int]:
         return []
 
 
-def _kill_trees(procs: list[psutil.Process]) -> int:
+def kill_trees(procs: list[psutil.Process]) -> int:
     """SIGKILL ``procs`` and every descendant of theirs still alive, then reap them; how many were alive."""
     victims: dict[int, psutil.Process] = {}
     for proc in procs:
