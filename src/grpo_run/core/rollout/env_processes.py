@@ -12,7 +12,9 @@ that started them, which Linux records (``/proc/self/task/<tid>/children``):
   thread gained during the call are the episode's (and, when calls of several episodes overlapped
   there, each of theirs: such a child lives until all of them are over);
 * the environment's (and its tools') constructor runs on the thread that builds the run: the
-  children it gained meanwhile are the environment's, for the whole run.
+  children it gained meanwhile are the environment's, for the whole run;
+* with ``environment.isolation = "process"`` (:mod:`.env_worker`) a worker runs one call at a
+  time: its new children after a call are that call's episode's (:meth:`adopt_children_of`).
 
 An episode's processes, with every descendant seen of them, are ended (SIGKILL, then reaped)
 once the episode is over -- after its ``close`` -- and the run says so once; a process that
@@ -30,7 +32,7 @@ trainer's own. What can be said is how much the trainer's resident memory grew *
 environment calls ran* (each call's growth above the largest size seen before, summed):
 the run says so when that passes :data:`MEMORY_WARNING_MB`, and again at every doubling, while it
 happens. Growth in the same moments from elsewhere (a first large generation) counts too, so the
-line says what was measured, not whom to blame.
+line says what was measured, not whom to blame. A bound takes worker processes (:mod:`.env_worker`).
 """
 
 from __future__ import annotations
