@@ -287,3 +287,30 @@ def test_a_child_of_overlapping_async_calls_lives_until_every_one_of_their_episo
         alone = subprocess.Popen(["sleep", "60"])  # appeared while only a's call was open
     assert processes.end(a) == 2
     assert _ended(child) and _ended(alone)
+
+
+def test_a_child_an_exiting_thread_hands_over_during_an_async_call_is_not_the_episode_s():
+    """Linux moves the children of a thread that exits to another thread of the process (here the
+    event loop's): one older than the call is the trainer's (say a scoring thread's), never ended."""
+    processes = EnvironmentProcesses("async")
+    release, started = threading.Event(), []
+
+    def scoring_thread() -> None:
+        started.append(subprocess.Popen(["sleep", "60"]))
+        release.wait(30)
+
+    thread = threading.Thread(target=scoring_thread)
+    thread.start()
+    while not started:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    episode = EpisodeOwner()
+    try:
+        with processes.watching(episode):
+            release.set()
+            thread.join(10)
+            time.sleep(0.1)
+        assert processes.end(episode) == 0 and started[0].poll() is None
+    finally:
+        started[0].kill()
+        started[0].wait()

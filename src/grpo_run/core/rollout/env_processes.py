@@ -56,7 +56,7 @@ Key = tuple[int, float]
 MEMORY_WARNING_MB = 256
 """Growth of the trainer's memory during environment calls that is first said (then 2x, 4x, ...)."""
 _CLOCK_SLACK_S = 0.05
-"""Process start times are read in clock ticks (10 ms): a margin for the comparison."""
+"""Process start times are counted in clock ticks (10 ms): a margin for the comparison."""
 ENVIRONMENT = "the environment"
 """Owner of the processes the constructor started: ended only at :meth:`EnvironmentProcesses.close`."""
 
@@ -110,7 +110,7 @@ class EnvironmentProcesses:
         Blocks of several episodes overlap on the event loop's thread: a child that appeared while
         more than one was open belongs to each of them, and is ended only when all have ended."""
         tid = threading.get_native_id()
-        opened = time.time() - _CLOCK_SLACK_S
+        opened = _process_clock() - _CLOCK_SLACK_S
         window = (tid, owner, frozenset(_thread_children(tid)))
         with self._lock:
             self._windows.append(window)
@@ -266,6 +266,15 @@ class EnvironmentProcesses:
             get_logger().info("environment_processes", environment=self.env_name, ended=self.ended,
                               memory_grown_mb=round(self.grown_bytes / 2**20, 1))
         return ended
+
+
+def _process_clock() -> float:
+    """Now, on the clock of ``psutil.Process.create_time`` (boot time + time since boot: its boot
+    time is whole seconds, so ``time.time()`` may be up to a second ahead of it)."""
+    try:
+        return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # no CLOCK_BOOTTIME: children are not tracked there anyway
+        return 0.0
 
 
 def _started_after(pid: int, when: float) -> bool:
