@@ -138,3 +138,35 @@ def test_console_warnings_mask_a_token_the_hub_quotes_back(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "hf_RealTokenValue0123456789" not in err and "pw-secret-1" not in err
     assert "401 Unauthorized for token hf_R***" in err and "https://bob:***@hub.example/x" in err
+
+
+@pytest.mark.parametrize("key", ["a3f9c2e81b7d4f6a9c0e5b2d8f1a7c3e", "123e4567-e89b-12d3-a456-426614174000",
+                                 "k7x2m9q4w8r1t5y3u6i0p2a4z9c1", "K7X2-M9Q4-W8R1-T5Y3-U6I0-P2A4"],
+                         ids=["hex", "uuid", "base36", "base36-upper-dashed"])
+def test_a_key_without_a_provider_prefix_given_as_api_key_env_is_never_echoed(tmp_path, key):
+    """A hex key, a UUID or a base-36 token pasted into api_key_env: refused when the config is
+    read (check and train), without the key on the console or in any file of the run."""
+    from support.processes import run_grpo
+    from support.runs import write_run
+
+    cfg = write_run(tmp_path, verifier="judge", train_rows=6,
+                    verifier_config={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": key},
+                    scoring={"num_workers": 0, "max_error_rate": 1.0}, train={"total_steps": 1})
+    run = tmp_path / "run"
+    for args in (["check", str(cfg)], [str(cfg), "--output-dir", str(run)]):
+        done = run_grpo(args)
+        assert done.returncode == 2, done.output
+        flat = " ".join(done.output.split())
+        assert "api_key_env must be the name of the environment variable that holds the key" in flat
+        assert f"{key[:4]}... looks like a key itself" in flat and key not in done.output
+    for path in run.rglob("*") if run.exists() else ():
+        assert not path.is_file() or key not in path.read_text(errors="replace"), path
+
+
+def test_a_long_value_that_is_no_variable_name_is_not_repeated_whole():
+    from grpo_run.plugins.verifiers.judge_config import JudgeConfig
+
+    value = "my judge key / prod eu"  # not a name (spaces, a slash), not a key either: shown cut
+    with pytest.raises(ValueError, match=r"not the key itself; got 'my j'\.\.\. \(22 characters\)") as info:
+        JudgeConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env=value)
+    assert value not in str(info.value)

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.errors import PluginInterrupted, RunError, UserError
 from grpo_run.core.loop.fserrors import FS_ERRNOS
 from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
@@ -112,8 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print_problem(err, "run stopped:", f"cannot write {exc.filename or 'a file'}: {exc.strerror}")
         return 1
-    except KeyboardInterrupt:
-        err.print("interrupted")
+    except KeyboardInterrupt as exc:
+        err.print(Text("interrupted" + (f" {exc}" if isinstance(exc, PluginInterrupted) else "")), soft_wrap=True)
         return 130
 
 

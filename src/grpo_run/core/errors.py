@@ -13,6 +13,11 @@ class PluginError(UserError):
     """A plugin is broken or two plugins conflict."""
 
 
+class PluginInterrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` (a Ctrl-C, or the plugin's own ``raise``) while a plugin was being
+    imported or registered; the message names the plugin. The CLI exits 130 with it."""
+
+
 class UnknownComponentError(UserError):
     """A config names a component that no plugin registered."""
 

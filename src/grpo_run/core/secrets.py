@@ -38,6 +38,7 @@ _PREFIXED_TOKEN = re.compile(
     r"|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}"
     r"|glpat-[A-Za-z0-9_-]{16,})"
 )
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _SECRET_ENV_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
 _MIN_ENV_SECRET = 6
 """Shorter environment values are not masked: ``1``, ``true`` or ``local`` would mask half the log."""
@@ -85,18 +86,20 @@ def mask_value(value: Any) -> Any:
 
 def looks_like_secret(value: str) -> bool:
     """Whether ``value``, given where a *name* (an environment variable's) was expected, is
-    rather a key or token: a provider's prefix, or a long mix of upper and lower case and digits
-    such as no one names a variable."""
-    if _PREFIXED_TOKEN.fullmatch(value):
+    rather a key or token: a provider's prefix, a UUID, or a long random-looking mix of letters
+    and digits such as no one names a variable (a hex key, a base-36 or base-62 token)."""
+    if _PREFIXED_TOKEN.fullmatch(value) or _UUID.fullmatch(value):
         return True
-    if len(value) < 20 or not (any(c.islower() for c in value) and any(c.isupper() for c in value)
-                               and any(c.isdigit() for c in value)):
+    text = "".join(c for c in value if c.isascii() and c.isalnum())  # separators (_ - .) aside
+    if len(text) < 20 or not any(c.isdigit() for c in text) or not any(c.isalpha() for c in text):
         return False
-    # Random base-62 text changes between lower, upper and digit at ~60% of its characters;
-    # a name such as MyJudgeKey2024ForProd at ~30%.
-    kinds = [c.islower() - c.isupper() + 2 * c.isdigit() for c in value]
+    mixed_case = any(c.islower() for c in text) and any(c.isupper() for c in text)
+    # Random text changes between lower, upper and digit at ~60% of its characters (base 62),
+    # between letter and digit at ~40-47% (base 36, hex); a name such as MyJudgeKey2024ForProd
+    # or JUDGE_KEY_FOR_PROD_2024 at well under 30%.
+    kinds = [c.islower() - c.isupper() + 2 * c.isdigit() for c in text]
     changes = sum(a != b for a, b in zip(kinds, kinds[1:]))
-    return changes >= len(value) / 2.5
+    return changes >= len(text) / (2.5 if mixed_case else 5)
 
 
 def structlog_masker(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:

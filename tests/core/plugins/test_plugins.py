@@ -307,3 +307,60 @@ def test_a_plugin_that_exits_at_import_is_a_plugin_error_not_a_silent_exit(tmp_p
     assert listed.returncode == 0
     out = " ".join(listed.stdout.split())
     assert "grpo-run-quitter" in out and "sys.exit(3)" in out and "exact-match" in out
+
+
+def _grpo_run_cli(root, *args):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "grpo_run.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_keyboard_interrupt_at_a_plugins_import_names_the_plugin(tmp_path):
+    root = _fake_distribution(tmp_path, "grpo-run-stopper", "stopper_plugin", "raise KeyboardInterrupt\n")
+    checked = _grpo_run_cli(root, "check", "x.toml")
+    assert checked.returncode == 130
+    assert checked.stderr.strip().splitlines() == [
+        "interrupted while importing plugin 'mine' (stopper_plugin) from distribution 'grpo-run-stopper'; if it "
+        "was no Ctrl-C, the plugin raised KeyboardInterrupt: to run without third-party plugins set "
+        "GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD=1"
+    ]
+
+
+TWICE = '''
+import attrs
+import grpo_run
+
+@attrs.frozen
+class Config(grpo_run.VerifierConfig):
+    pass
+
+class {cls}:
+    name = "twin"
+    Config = Config
+
+    def score(self, completion, ground_truth, row):
+        return 0.0
+
+@grpo_run.hookimpl
+def grpo_run_register_verifiers(register):
+    register({cls})
+'''
+
+
+def test_one_distribution_registering_a_name_twice_is_told_so_not_to_uninstall(tmp_path):
+    _fake_distribution(tmp_path, "grpo-run-twins", "twin_a", TWICE.format(cls="TwinA"))
+    (tmp_path / "twin_b.py").write_text(TWICE.format(cls="TwinB"))
+    (tmp_path / "grpo_run_twins-1.2.3.dist-info" / "entry_points.txt").write_text(
+        "[grpo_run]\nmine = twin_a\nalso = twin_b\n")
+    checked = _grpo_run_cli(tmp_path, "check", "x.toml")
+    assert checked.returncode == 2
+    err = " ".join(checked.stderr.split())
+    assert "uninstall" not in err and "Traceback" not in err
+    assert ("distribution 'grpo-run-twins' registers a verifier named 'twin' twice: twin_a.TwinA (entry point "
+            "'mine = twin_a') and twin_b.TwinB (entry point 'also = twin_b'); give each class its own 'name', "
+            "or register it once") in err or ("twin_b.TwinB (entry point 'also = twin_b') and twin_a.TwinA "
+                                              "(entry point 'mine = twin_a')") in err, err

@@ -73,7 +73,16 @@ class EnvironmentSlot(PluginSlot):
     verdict on the last turn decides, as for single-turn rows; where only the environment rewards
     it (``scoring.row_verifiers = false``), an environment reward of at least 1.0."""
     workers: int = attrs.field(default=4, validator=positive, kw_only=True)
-    """Threads that run synchronous environment code (never the event loop)."""
+    """Threads that run synchronous environment code (never the event loop); with ``isolation =
+    "process"``, also the number of worker processes."""
+    isolation: Literal["thread", "process"] = attrs.field(default="thread", kw_only=True)
+    """Where ``reset``/``step``/``finish``/``close`` run: ``"thread"``, in the trainer process;
+    ``"process"``, in ``workers`` worker processes of their own (an episode stays on one), whose
+    memory ``max_worker_rss_mb`` can bound. Then the environment's config, rows, actions, results
+    and episode ``state`` must pickle; an environment with ``run_episode`` cannot run there."""
+    max_worker_rss_mb: int = attrs.field(default=0, validator=v.ge(0), kw_only=True)
+    """With ``isolation = "process"``: a worker whose resident memory is above this after a call
+    takes no new episode and is replaced, and ended once its open episodes are closed. 0: no limit."""
     advantage_granularity: Literal["trajectory", "turn"] = attrs.field(default="trajectory", kw_only=True)
     """``"trajectory"``: every token of an episode gets its group advantage. ``"turn"``: the tokens
     of turn ``t`` get the return-to-go ``G_t = sum_{t' >= t} discount**(t'-t) r_t' + F`` (``F``: the
@@ -102,6 +111,10 @@ def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue(
             "environment.advantage_granularity",
             '"turn" needs returns summed over turns: set environment.reward_combination to "sum" or "discounted"'))
+    if env.max_worker_rss_mb and env.isolation != "process":
+        issues.append(ConfigIssue(
+            "environment.max_worker_rss_mb",
+            'limits environment worker processes: set environment.isolation = "process" (or leave it 0)'))
     alg = cfg.algorithm
     if env.train_on_env_tokens and (alg.use_engine_logprobs_as_old or alg.mismatch_correction != "none"):
         issues.append(ConfigIssue(

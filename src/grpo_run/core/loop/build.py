@@ -224,21 +224,31 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
     env = cfg.environment
     if env is None:
         return None
+    from grpo_run.core.rollout.env_processes import EnvironmentProcesses
     from grpo_run.core.rollout.episode_runner import EpisodeRunner
-
     from grpo_run.core.rollout.tool_calls import noted_tools
 
-    tools = noted_tools({name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()})
+    processes = EnvironmentProcesses(env.name)
     try:
-        environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
-    except ValueError as exc:
-        raise UserError(f"environment {env.name!r}: {exc}") from None
-    renderer_name, renderer_config, note = chosen_renderer(cfg, registry, tokenizer)
+        with processes.constructing():  # what the constructors start lives until the run ends
+            if env.isolation == "process":
+                environment = isolated_environment(cfg, registry, processes)
+            else:
+                tools = noted_tools({name: registry.get(TOOL, name)(conf) for name, conf in cfg.tools.items()})
+                try:
+                    environment = registry.get(ENVIRONMENT, env.name)(env.config, tools)
+                except ValueError as exc:
+                    raise UserError(f"environment {env.name!r}: {exc}") from None
+        renderer_name, renderer_config, note = chosen_renderer(cfg, registry, tokenizer)
+        renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
+    except BaseException:
+        processes.close()
+        raise
     if note is not None and notes is not None:
         notes.append(note)
-    renderer = registry.get(RENDERER, renderer_name)(renderer_config, tokenizer)
     return EpisodeRunner(environment, renderer, engine, env, params,
-                         prompt_limit=first_prompt_limit(cfg, tokenizer), context_tokens=context_tokens(cfg, tokenizer))
+                         prompt_limit=first_prompt_limit(cfg, tokenizer), context_tokens=context_tokens(cfg, tokenizer),
+                         processes=processes)
 
 
 def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:
@@ -262,6 +272,27 @@ def context_tokens(cfg: RunConfig, tokenizer: Any) -> int:
     if isinstance(model, int) and 0 < model < 10**8:
         return min(cfg.algorithm.pack_length, model)
     return cfg.algorithm.pack_length
+
+
+def isolated_environment(cfg: RunConfig, registry: ComponentRegistry, processes: Any) -> Any:
+    """The ``[environment]`` in worker processes (``isolation = "process"``)."""
+    from grpo_run.core.rollout.env_worker import IsolatedEnvironment, WorkerCallError
+
+    env = cfg.environment
+    assert env is not None
+    env_cls = registry.get(ENVIRONMENT, env.name)
+    if callable(getattr(env_cls, "run_episode", None)):
+        raise UserError(f'environment.isolation = "process": environment {env.name!r} drives its own conversation '
+                        '(run_episode), which runs on the trainer\'s event loop; use isolation = "thread"')
+    tool_specs = {name: (registry.get(TOOL, name), conf) for name, conf in cfg.tools.items()}
+    try:
+        isolated = IsolatedEnvironment(env_cls, env.config, tool_specs, workers=env.workers,
+                                       max_rss_mb=env.max_worker_rss_mb, timeout_s=env.step_timeout_s,
+                                       processes=processes)
+    except WorkerCallError as exc:
+        raise UserError(f"environment {env.name!r}: {exc}") from None
+    processes.at_close(isolated.shutdown)
+    return isolated
 
 
 def load_tokenizer(cfg: RunConfig, source: str) -> Any:

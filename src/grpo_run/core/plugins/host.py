@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import attrs
 import pluggy
 
-from grpo_run.core.errors import PluginError
+from grpo_run.core.errors import PluginError, PluginInterrupted
 from grpo_run.core.plugins import hookspecs
 from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.registry import ComponentRegistry, Registrar, did_you_mean
@@ -96,6 +96,7 @@ def build_plugin_host(
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     dist_of: dict[int, tuple[str, str]] = {}
+    entry_point_of: dict[int, str] = {}
     broken: list[BrokenPlugin] = []
 
     def fail(where: str, dist: tuple[str, str], message: str, cause: BaseException | None = None) -> None:
@@ -115,6 +116,8 @@ def build_plugin_host(
         where = f"{ep.name!r} ({ep.value})"
         try:
             plugin = ep.load()
+        except KeyboardInterrupt as exc:  # Ctrl-C during a slow import, or the module raised it
+            raise _interrupted(f"importing plugin {where}", dist_id) from exc
         except (Exception, SystemExit) as exc:  # a broken third-party package must say who it is
             # SystemExit too: a module that calls sys.exit() at import would end every command silently.
             fail(where, dist_id, f"cannot be imported: {_exception_line(exc)}", exc)
@@ -123,6 +126,7 @@ def build_plugin_host(
         if problem:
             fail(where, dist_id, problem)
             continue
+        entry_point_of[id(plugin)] = f"{ep.name} = {ep.value}"
         try:
             pm.register(plugin, name=_plugin_id(ep))
         except pluggy.PluginValidationError as exc:  # e.g. a hook with the wrong argument names
@@ -147,13 +151,23 @@ def build_plugin_host(
         # Call each implementation on its own so every class is attributed to its distribution.
         for impl in reversed(caller.get_hookimpls()):
             dist_id = dist_of.get(id(impl.plugin), (impl.plugin_name, "?"))
+            source = entry_point_of.get(id(impl.plugin), impl.plugin_name)
             try:
-                impl.function(register=Registrar(registry, fam, *dist_id))
+                impl.function(register=Registrar(registry, fam, *dist_id, source=source))
             except PluginError:
                 raise  # duplicate names, bad classes: already name the distributions
+            except KeyboardInterrupt as exc:
+                raise _interrupted(f"registering plugin {impl.plugin_name!r} ({fam.hook})", dist_id) from exc
             except (Exception, SystemExit) as exc:
                 fail(repr(impl.plugin_name), dist_id, f"{fam.hook} raised {_exception_line(exc)}", exc)
     return PluginHost(pm, registry, set(dist_of.values()), broken)
+
+
+def _interrupted(doing: str, dist: tuple[str, str]) -> PluginInterrupted:
+    hint = "" if _normalise(dist[0]) == _normalise(OWN_DISTRIBUTION) else (
+        f"; if it was no Ctrl-C, the plugin raised KeyboardInterrupt: to run without third-party plugins "
+        f"set {DISABLE_AUTOLOAD_ENV}=1")
+    return PluginInterrupted(f"while {doing} from distribution {dist[0]!r}{hint}")
 
 
 def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str | None:

@@ -38,6 +38,8 @@ class ComponentEntry(Generic[T]):
     cls: type[T]
     distribution: str
     version: str
+    source: str = ""
+    """The entry point (``name = module``) whose hook registered it, when known."""
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
@@ -56,12 +58,18 @@ class ComponentRegistry:
         """Where a ``module:Class`` name's module is looked for when it is not installed (the
         working directory is searched after these)."""
 
-    def add(self, family_: FamilyRef[T], cls: type[T], distribution: str, version: str) -> None:
+    def add(self, family_: FamilyRef[T], cls: type[T], distribution: str, version: str, source: str = "") -> None:
         """Add ``cls`` to a family; a second component of the same name is a :class:`PluginError`."""
         fam = family(family_)
         _check_component_class(fam, cls, distribution)
         name = cls.name  # type: ignore[attr-defined]
         existing = self._entries[fam.key].get(name)
+        if existing is not None and existing.distribution == distribution:  # nothing to uninstall
+            raise PluginError(
+                f"distribution {distribution!r} registers a {fam.key} named {name!r} twice: "
+                f"{_described(existing.cls, existing.source)} and {_described(cls, source)}; "
+                f"give each class its own 'name', or register it once"
+            )
         if existing is not None:
             raise PluginError(
                 f"two plugins register a {fam.key} named {name!r}: "
@@ -69,7 +77,7 @@ class ComponentRegistry:
                 f"{existing.distribution!r} and {cls.__module__}.{cls.__qualname__} from distribution "
                 f"{distribution!r}; uninstall one of them"
             )
-        self._entries[fam.key][name] = ComponentEntry(fam, name, cls, distribution, version)
+        self._entries[fam.key][name] = ComponentEntry(fam, name, cls, distribution, version, source)
 
     def get(self, family_: FamilyRef[T], name: str) -> type[T]:
         """The class registered as ``name`` in the family, or :class:`UnknownComponentError`."""
@@ -105,6 +113,11 @@ class ComponentRegistry:
             yield from (self._entries[fam.key][n] for n in sorted(self._entries[fam.key]))
 
 
+def _described(cls: type, source: str) -> str:
+    where = f" (entry point {source!r})" if source else ""
+    return f"{cls.__module__}.{cls.__qualname__}{where}"
+
+
 class Registrar:
     """Handed to a registration hook: ``register(cls)`` adds a component to one family.
 
@@ -112,14 +125,17 @@ class Registrar:
     so error messages and ``grpo-run plugins`` can say where each component comes from.
     """
 
-    def __init__(self, registry: ComponentRegistry, family_: FamilyRef[Any], distribution: str, version: str) -> None:
+    def __init__(self, registry: ComponentRegistry, family_: FamilyRef[Any], distribution: str, version: str,
+                 source: str = "") -> None:
         self._registry = registry
         self.family: Family[Any] = family(family_)
         self.distribution = distribution
         self.version = version
+        self.source = source
+        """The entry point (``name = module``) of the plugin being called, when known."""
 
     def __call__(self, cls: type[T]) -> type[T]:
-        self._registry.add(self.family, cls, self.distribution, self.version)
+        self._registry.add(self.family, cls, self.distribution, self.version, self.source)
         return cls
 
 

@@ -24,6 +24,7 @@ records the episode under the same rules, and its episode is timed, failed and c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import time
@@ -40,6 +41,7 @@ from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.errors import RunError
 from grpo_run.core.rollout import env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
+from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwner
 from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
@@ -56,6 +58,8 @@ BLOCKED_REPEAT_S = 10.0
 HANG_GRACE_S = 10.0
 """A synchronous call abandoned at step_timeout_s hangs when it still runs this much later (or
 step_timeout_s later, if longer); more hanging calls than environment.workers stop the run."""
+_EPISODE: contextvars.ContextVar[EpisodeOwner | None] = contextvars.ContextVar("grpo_run_episode", default=None)
+"""The episode whose environment calls run in this context: the owner of the processes they start."""
 
 
 class EpisodeFailed(Exception):
@@ -80,6 +84,7 @@ class EpisodeRunner:
         pool: DaemonThreadPool | None = None,
         prompt_limit: PromptLimit | None = None,
         context_tokens: int | None = None,
+        processes: EnvironmentProcesses | None = None,
     ) -> None:
         """``context_tokens``: the most ids one segment may hold (prompt and completion): the
         learner's ``algorithm.pack_length`` and the model's context; None: unchecked."""
@@ -104,6 +109,8 @@ class EpisodeRunner:
         self._hung: dict[str, int] = {}
         self._watchdog = LoopWatchdog(self.monitor, min(settings.step_timeout_s, BLOCKED_WARN_S), self._report_blocked,
                                       describe=_describe_blocking, repeat_s=BLOCKED_REPEAT_S)
+        self.processes = processes if processes is not None else EnvironmentProcesses(getattr(env, "name", "?"))
+        """The processes environment code starts: an episode's end when it is over, the rest at :meth:`close`."""
 
     @property
     def name(self) -> str:
@@ -112,6 +119,7 @@ class EpisodeRunner:
     def close(self) -> None:
         self._watchdog.close()
         self.pool.close()
+        self.processes.close()
 
     def describe_waits(self) -> str | None:
         """What the environment is doing, for the run's ``still waiting`` line (None: nothing)."""
@@ -154,6 +162,8 @@ class EpisodeRunner:
         run's (evaluation: greedy), ``max_new_tokens`` again the episode's total budget."""
         if not reserved:
             self.batcher.enter()
+        owner = EpisodeOwner()
+        token = _EPISODE.set(owner)
         try:
             episode = self._episode(row, seed, sample, params or self.params)
             return await asyncio.wait_for(episode, self.settings.episode_timeout_s)
@@ -162,6 +172,8 @@ class EpisodeRunner:
                                 f"{self.settings.episode_timeout_s:g}", timed_out=True) from None
         finally:
             self.batcher.leave()
+            _EPISODE.reset(token)
+            self.processes.end(owner)  # the episode is over (closed): what it started goes too
 
     # -- one episode -------------------------------------------------------------------------
 
@@ -285,7 +297,8 @@ class EpisodeRunner:
         started = time.perf_counter()
         tracked = Tracked(self.env.run_episode(row, seed, chat), f"environment {self.name!r} run_episode", self.monitor)
         try:
-            result = await tracked
+            with self.processes.watching(_EPISODE.get()):
+                result = await tracked
         except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment run_episode raised {type(exc).__name__}: {exc}") from exc
         limit = self.settings.step_timeout_s
@@ -341,19 +354,21 @@ class EpisodeRunner:
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
         limit = self.settings.step_timeout_s
         check = check or _same
+        owner = _EPISODE.get()
         key = id(args)  # a fresh tuple per call
         self._in_flight[key] = (what, time.monotonic())
         try:
             if not inspect.iscoroutinefunction(fn):
                 try:
-                    return await self.pool.run(_checked, fn, args, check, timeout=limit)
+                    return await self.pool.run(self.processes.on_thread(owner, _checked), fn, args, check, timeout=limit)
                 except CallTimedOut as exc:
                     label = f"{what} in {exc.doing}" if exc.doing else what
                     self._hung[label] = self._hung.get(label, 0) + 1
                     raise EpisodeFailed(f"environment {label} ran longer than environment.step_timeout_s = "
                                         f"{limit:g}", timed_out=True) from None
             tracked = Tracked(fn(*args), f"environment {self.name!r} {what}", self.monitor)
-            result = await asyncio.wait_for(_no_exit(tracked, what), limit)
+            with self.processes.watching(owner):
+                result = await asyncio.wait_for(_no_exit(tracked, what), limit)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
                     f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "

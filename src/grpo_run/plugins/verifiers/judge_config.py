@@ -110,8 +110,13 @@ def _check_env_name(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
         raise ValueError(
             f"{attribute.name} must be the name of the environment variable that holds the key "
-            f"(letters, digits, underscores; e.g. 'OPENAI_API_KEY'), not the key itself; got {value!r}"
+            f"(letters, digits, underscores; e.g. 'OPENAI_API_KEY'), not the key itself; got {_shown(value)}"
         )
+
+
+def _shown(value: Any) -> str:
+    """A value that is no variable name, repeated only when short: a long one may be a key."""
+    return repr(value) if not isinstance(value, str) or len(value) < 12 else f"{value[:4]!r}... ({len(value)} characters)"
 
 
 _non_empty_str = [attrs.validators.instance_of(str), attrs.validators.min_len(1)]
