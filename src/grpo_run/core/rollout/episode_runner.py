@@ -34,13 +34,17 @@ from typing import Any
 import attrs
 
 from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.errors import RunError
 from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
 from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.errors import RunError
 from grpo_run.core.rollout import env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
+from grpo_run.core.rollout.env_calls import (
+    BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, EpisodeFailed, checked as _checked,
+    describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
+)
 from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwner
 from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
@@ -48,26 +52,8 @@ from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.loop_watchdog import LoopWatchdog, StepMonitor, Tracked
 
-EXITS = (KeyboardInterrupt, SystemExit)
-"""Raised by environment code itself (``sys.exit()``, ``raise KeyboardInterrupt``): a dropped
-episode. The run's own Ctrl-C is a signal handler, never one of these inside an episode."""
-BLOCKED_WARN_S = 2.0
-"""An environment call holding the event loop this long is reported (or step_timeout_s if shorter)..."""
-BLOCKED_REPEAT_S = 10.0
-"""... and again every this many seconds while it still holds it."""
-HANG_GRACE_S = 10.0
-"""A synchronous call abandoned at step_timeout_s hangs when it still runs this much later (or
-step_timeout_s later, if longer); more hanging calls than environment.workers stop the run."""
 _EPISODE: contextvars.ContextVar[EpisodeOwner | None] = contextvars.ContextVar("grpo_run_episode", default=None)
 """The episode whose environment calls run in this context: the owner of the processes they start."""
-
-
-class EpisodeFailed(Exception):
-    """An episode could not finish (the environment raised, overran or returned garbage)."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
 
 
 class EpisodeRunner:
@@ -393,27 +379,3 @@ class EpisodeRunner:
         finally:
             self._in_flight.pop(key, None)
 
-
-def _describe_blocking(name: str, blocked: float) -> str:
-    return (f"{name} has held the event loop for {blocked:.0f} s: nothing else runs (no generation, no "
-            f"learner step, no timeout) until it returns. It calls something blocking "
-            f"(time.sleep, a synchronous HTTP client) inside `async def`; await an async one instead, "
-            f"or make it a plain def, which runs on a thread under environment.step_timeout_s")
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any]) -> Any:
-    return check(fn(*args))
-
-
-async def _no_exit(awaitable: Any, what: str) -> Any:
-    """``await awaitable``, with ``SystemExit``/``KeyboardInterrupt`` as an :class:`EpisodeFailed`:
-    ``asyncio.wait_for`` runs it as a task (Python 3.11), and a task re-raises those two out of
-    the event loop, ending the run with asyncio's teardown instead of dropping the episode."""
-    try:
-        return await awaitable
-    except EXITS as exc:
-        raise EpisodeFailed(f"environment {what} raised {type(exc).__name__}: {exc}") from exc
