@@ -28,6 +28,8 @@ from typing import Any
 import attrs
 
 from grpo_run.core.loop.observers import Checkpointer
+from grpo_run.core.loop.signals import RunInterrupted
+from grpo_run.core.runlog import get_logger
 
 
 @attrs.frozen
@@ -64,3 +66,35 @@ def save_on_held_loop(
     rollout_state: Mapping[str, Any] | None = loop.resume_rollout_state()
     checkpointer.save_now(step, rollout_state)
     return HeldLoopSave(step, checkpoint_of(step), None)
+
+
+def loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
+                ) -> Callable[[], tuple[str, float] | None]:
+    """What holds the event loop now (an async verifier, an environment call), from any thread."""
+    def held_by() -> tuple[str, float] | None:
+        for held in monitors:
+            found = held() if held is not None else None
+            if found is not None:
+                return found
+        return None
+    return held_by
+
+
+def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Checkpointer,
+                   held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
+                   checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
+                   report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
+    """A first signal found the event loop held: save if safe (:func:`save_on_held_loop`); the
+    lines to print before the process exits (``report``: the CLI's lines for an interrupted run)."""
+    log = get_logger()
+    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from))
+    if saved is None:
+        return []
+    lines = [f"not saved: {saved.note}; the previous checkpoint is intact"] if saved.note else []
+    exc = RunInterrupted(signal_name, saved.step, saved.checkpoint, run_dir)
+    lines += report(exc) if report is not None else [str(exc)]
+    log.info("run_interrupted", signal=signal_name, step=saved.step, held_by=holder, not_saved=saved.note,
+             checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
+    log.info("run_end", status="interrupted")
+    log_file.flush()
+    return lines

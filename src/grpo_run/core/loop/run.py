@@ -46,7 +46,7 @@ from grpo_run.core.loop.checkpoint import (
     save_checkpoint,
 )
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
-from grpo_run.core.loop.held_loop import save_on_held_loop
+from grpo_run.core.loop.held_loop import loop_holder, stop_held_loop
 from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.observers import (
     Checkpointer,
@@ -212,12 +212,13 @@ def train(
                     runner.warning_sink = progress.warning
                 waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s,
                                      also=runner.describe_waits if runner is not None else None)
-                held_by = _loop_holder(getattr(parts.scorer, "loop_held", None),
+                held_by = loop_holder(getattr(parts.scorer, "loop_held", None),
                                        runner.monitor.held if runner is not None else None)
 
                 def stuck(signal_name: str, holder: str) -> list[str]:
-                    return _stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step,
-                                           checkpoint, cfg, run_dir, log_file, report_interrupted)
+                    return stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step, checkpoint,
+                                          lambda step: checkpoints_dir(cfg, run_dir) / f"step_{step}", run_dir,
+                                          log_file, report_interrupted)
                 state = asyncio.run(_drive(loop, parts, signals, waits, held_by, stuck))
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
@@ -302,39 +303,6 @@ def _resume_point(
             f"train.total_steps = {cfg.train.total_steps}: nothing left to train (raise train.total_steps)"
         )
     return checkpoint, trainer_state, start_step
-
-
-def _loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
-                 ) -> Callable[[], tuple[str, float] | None]:
-    """What holds the event loop now (an async verifier, an environment call), from any thread."""
-    def held_by() -> tuple[str, float] | None:
-        for held in monitors:
-            found = held() if held is not None else None
-            if found is not None:
-                return found
-        return None
-    return held_by
-
-
-def _stop_held_loop(signal_name: str, holder: str, loop: TrainingLoop, checkpointer: Checkpointer,
-                    held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
-                    cfg: RunConfig, run_dir: Path, log_file: Any,
-                    report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
-    """A first signal found the event loop held (:mod:`.held_loop`): save if safe; the lines to
-    print before the process exits."""
-    log = get_logger()
-    saved = save_on_held_loop(loop, checkpointer, held_by,
-                              lambda step: checkpoints_dir(cfg, run_dir) / f"step_{step}", (start_step, resumed_from))
-    if saved is None:
-        return []
-    lines = [f"not saved: {saved.note}; the previous checkpoint is intact"] if saved.note else []
-    exc = RunInterrupted(signal_name, saved.step, saved.checkpoint, run_dir)
-    lines += report(exc) if report is not None else [str(exc)]
-    log.info("run_interrupted", signal=signal_name, step=saved.step, held_by=holder, not_saved=saved.note,
-             checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
-    log.info("run_end", status="interrupted")
-    log_file.flush()
-    return lines
 
 
 async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter,
