@@ -169,8 +169,10 @@ def test_no_process_an_environment_starts_outlives_the_run(tmp_path, package):
     assert len(grown) >= 2 and 256 <= grown[0] and 512 <= grown[1] and grown == sorted(grown), flat
     events = [json.loads(line)["event"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     said = [e for e in events if e in ("environment_memory", "step")]
-    first_step, second_step = [i for i, e in enumerate(said) if e == "step"]
-    assert said[0] == "environment_memory" and "environment_memory" in said[first_step:second_step], said
+    # said while it happens: before the run's last step ended, not in a summary after it (where the
+    # first line falls depends on the trainer's resident peak before the first episode: torch builds differ)
+    last_step = max(i for i, e in enumerate(said) if e == "step")
+    assert said.count("step") == 2 and said[:last_step].count("environment_memory") >= 1, said
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["env/error_rate"] for m in metrics] == [0.0, 0.0]  # its own process lived through every step
 
