@@ -163,10 +163,11 @@ def test_no_process_an_environment_starts_outlives_the_run(tmp_path, package):
     flat = " ".join(done.output.split())
     assert f"warning: environment '{env}' left" in flat and "ended them" in flat
     assert flat.count(f"environment '{env}' left") == 1  # said once
-    # 8 episodes x 40 MB a step: said past 256 MB (step 1), again past 512 MB (step 2), as it happens
+    # 8 episodes x 40 MB a step, kept: said past 256 MB, as it happens. (How much of it is counted
+    # depends on how the 4 threads' calls overlap -- 360 to 650 MB seen -- so a second line past
+    # 512 MB is not asserted here; the doubling is, in test_memory_growth_is_said_past_256_mb_then_at_each_doubling.)
     grown = [int(mb) for mb in re.findall(r"the trainer's memory grew by (\d+) MB while environment 'spawner'", flat)]
-    # (growth from elsewhere at the same moments counts too: a third line past 1024 MB may come)
-    assert len(grown) >= 2 and 256 <= grown[0] and 512 <= grown[1] and grown == sorted(grown), flat
+    assert grown and 256 <= grown[0] and grown == sorted(grown), flat
     events = [json.loads(line)["event"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     said = [e for e in events if e in ("environment_memory", "step")]
     # said while it happens: before the run's last step ended, not in a summary after it (where the
@@ -318,3 +319,25 @@ def test_a_child_an_exiting_thread_hands_over_during_an_async_call_is_not_the_ep
     finally:
         started[0].kill()
         started[0].wait()
+
+
+def test_memory_growth_is_said_past_256_mb_then_at_each_doubling() -> None:
+    """Only growth above every resident size seen before counts; said past 256 MB, 512, 1024."""
+    from grpo_run.core.rollout.env_processes import EnvironmentProcesses
+
+    said: list[str] = []
+    processes = EnvironmentProcesses("grower")
+    processes.warn = said.append
+    mb = 1 << 20
+    try:
+        base = 1000 * mb
+        processes._grew(base, base + 200 * mb)  # 200 MB: not yet
+        processes._grew(base, base + 150 * mb)  # below the peak seen: nothing counts
+        assert processes.grown_bytes == 200 * mb and not said
+        processes._grew(base + 200 * mb, base + 300 * mb)  # 300 MB: said
+        processes._grew(base + 300 * mb, base + 400 * mb)  # 400: not again
+        processes._grew(base + 400 * mb, base + 1100 * mb)  # 1100: past 512 and 1024 at once, said once
+        grown = [int(re.search(r"grew by (\d+) MB", line).group(1)) for line in said]
+        assert grown == [300, 1100]
+    finally:
+        processes.close()
