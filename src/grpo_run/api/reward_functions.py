@@ -32,7 +32,7 @@ import cloudpickle
 from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.families import VERIFIER
 from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
-from grpo_run.core.plugins.types import ShapingVerifierConfig, VerifierResult
+from grpo_run.core.plugins.types import REWARD_LIMIT, ShapingVerifierConfig, VerifierResult
 
 CHAT_COLUMNS = ("prompt", "messages", "completion")
 """Row keys that are not passed to a TRL-style function as columns (the prompt goes as ``prompts``)."""
@@ -42,6 +42,8 @@ def _finite_range(_inst: Any, _attribute: attrs.Attribute, value: tuple[float, f
     low, high = value
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"must be two finite numbers with low < high, got {list(value)}")
+    if max(abs(low), abs(high)) > REWARD_LIMIT:
+        raise ValueError(f"must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale scores down), got {list(value)}")
 
 
 @attrs.frozen

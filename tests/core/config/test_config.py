@@ -272,7 +272,7 @@ def test_validator_messages_survive(registry: ComponentRegistry) -> None:
         "rollout.top_p": "top_p must be in (0, 1], got 1.5",  # the schema's own validator
         "rollout.temperature": "must be > 0.0 (got -1.0)",  # attrs' gt(), reworded
         "loss.clip_higher": "must be >= 0 (got -0.1)",
-        "verifiers.math.weight": "must be >= 0.0 (got -2.0)",
+        "verifiers.math.weight": "weight must be a number in [0, 1e+06] (scale rewards down), got -2.0",
         "task.difficulty": "must be in ['easy', 'hard'] (got 'medium')",  # attrs' in_(), name dropped
     }
 
@@ -777,3 +777,20 @@ def test_loss_by_import_path_is_structured_with_its_config(registry: ComponentRe
 def test_import_path_errors_are_config_errors_at_the_name(registry: ComponentRegistry, name: str, message: str) -> None:
     found = messages_at(with_(loss={"name": name}), registry)
     assert list(found) == ["loss.name"] and message in found["loss.name"]
+
+
+def test_rewards_past_1e6_are_refused_when_the_config_is_read(tmp_path: Path, registry: ComponentRegistry) -> None:
+    """A weight of 1e308 made every reward ``inf``: the learner skipped each update and the run
+    ended with exit 0 having learnt nothing. Each factor of a reward is bounded like
+    ``environment.reward_range``, naming the key."""
+    path = tmp_path / "arithmetic.toml"
+    path.write_text(VALID_TOML)
+    with pytest.raises(ConfigError) as e:
+        load_config(path, registry, ["verifiers.math.weight=1e308", "scoring.verification_reward=1e7"])
+    assert str(e.value).splitlines() == [
+        f"{path}: scoring.verification_reward: must be <= 1000000.0 (got 10000000.0) "
+        "(from --set scoring.verification_reward=1e7)",
+        f"{path}: verifiers.math.weight: weight must be a number in [0, 1e+06] (scale rewards down), got 1e+308 "
+        "(from --set verifiers.math.weight=1e308)",
+    ]
+    assert load_config(path, registry, ["verifiers.math.weight=1e6"]).verifiers["math"].weight == 1e6

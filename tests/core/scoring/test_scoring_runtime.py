@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 import structlog
 from support.scoring_helpers import ConstVerifier, ExactVerifier, MisbehavingVerifier
@@ -20,7 +21,7 @@ from grpo_run import VerifierConfig, VerifierResult
 from grpo_run import ShapingVerifierConfig
 from grpo_run.core.config.invariants import some_reward_enabled
 from grpo_run.core.config.schema import RunConfig, ScoringSection
-from grpo_run.core.errors import RunError
+from grpo_run.core.errors import PluginError, RunError
 from grpo_run.core.scoring.metrics import ScoringMetrics
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredCompletion
 
@@ -469,3 +470,40 @@ def test_concurrent_score_calls_from_several_tasks() -> None:
         merged.merge(group.stats)
     assert merged.report()["verifier/exact/calls"] == 32.0 and merged.report()["verifier/echo/calls"] == 16.0
     scorer.close()
+
+
+class HugeRange(Penalty):
+    score_range: ClassVar[tuple[float, float]] = (0.0, 1e9)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ((HugeRange, ShapingVerifierConfig()),
+         r"verifier 'v': score_range must lie within \[-1e\+06, 1e\+06\] \(scale scores down\), got \[0, 1e\+09\]"),
+        ((Penalty, ShapingVerifierConfig(weight=1e6)),  # a penalty in [-1, 0] at weight 1e6: 1e6, allowed
+         None),
+        ((ExactVerifier, VerifierConfig(weight=1e4)), None),
+    ],
+)
+def test_a_verifier_whose_weighted_scores_pass_1e6_is_refused_in_one_line(spec, message) -> None:
+    if message is None:
+        RewardScorer({"v": spec}, num_workers=0)
+        return
+    with pytest.raises(PluginError, match=f"^{message}$"):
+        RewardScorer({"v": spec}, num_workers=0)
+
+
+def test_weight_times_score_range_is_bounded_where_a_config_redeclares_weight() -> None:
+    @attrs.frozen
+    class Loose(VerifierConfig):
+        weight: float = 1.0  # no validator
+        score_range: tuple[float, float] = (-1e3, 1e3)
+
+    with pytest.raises(PluginError, match=r"weight x score_range reaches 1e\+07 \(weight 10000, score_range "
+                                          r"\[-1000.0, 1000.0\]\), past 1e\+06"):
+        RewardScorer({"v": (ExactVerifier, Loose(weight=1e4))}, num_workers=0)
+    with pytest.raises(PluginError, match=r"^verifier 'v': weight must be a number in \[0, 1e\+06\], got inf$"):
+        RewardScorer({"v": (ExactVerifier, Loose(weight=float("inf"), score_range=(0, 1)))}, num_workers=0)
+    with pytest.raises(ValueError, match=r"^gate_fail_reward must be a finite number in \[-1e\+06, 1e\+06\]"):
+        ShapingVerifierConfig(mode="gate", gate_fail_reward=-1e9)

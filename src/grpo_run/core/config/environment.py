@@ -15,14 +15,13 @@ from attrs import validators as v
 
 from grpo_run.core.config.slots import PluginSlot
 from grpo_run.core.config.validators import positive
+from grpo_run.core.plugins.types import REWARD_LIMIT
 
 if TYPE_CHECKING:
     from grpo_run.core.config.formatting import ConfigIssue
     from grpo_run.core.config.schema import RunConfig
 
 
-REWARD_LIMIT = 1e6
-"""The widest ``environment.reward_range`` allowed: beyond it a reward is almost surely a bug."""
 
 
 def _reward_range(instance: object, attribute: attrs.Attribute, value: tuple[float, float]) -> None:

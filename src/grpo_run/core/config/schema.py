@@ -19,6 +19,7 @@ from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.config.processes import DistributedSection, LearnerSection
 from grpo_run.core.config.slots import EngineSlot, KLSlot, PluginSlot
 from grpo_run.core.config.validators import non_negative, positive
+from grpo_run.core.plugins.types import REWARD_LIMIT
 
 
 def _unit_interval(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -290,10 +291,11 @@ class ScoringSection:
     """Per-call limit; a sync verifier still running then is killed (its worker process is
     replaced), an async one is cancelled, and the row's score from it is 0. A batched call of
     ``n`` completions gets ``n x timeout_s``."""
-    verification_reward: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.lt(float("inf"))])
+    verification_reward: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(REWARD_LIMIT)])
     """Multiplies every row's combined reward ``sum(weight x score)`` and its maximum; a failed
     gate's ``gate_fail_reward`` is not scaled. ``max_possible_score`` (logged once at start) is
-    ``verification_reward x`` the best that one verifier plus every all-rows verifier can add."""
+    ``verification_reward x`` the best that one verifier plus every all-rows verifier can add. At most
+    1e6, as each verifier's ``weight x score_range`` is (no sum of rewards can overflow)."""
     max_error_rate: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
     """Stop the run (with an error naming the verifier) when errors plus timeouts exceed this
     share of a verifier's last ``error_window`` calls; 1.0 disables the check."""

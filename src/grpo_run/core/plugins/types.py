@@ -83,17 +83,29 @@ class VerifierResult:
     """Extra named numbers, averaged per step under ``verifier/<name>/<key>``."""
 
 
+REWARD_LIMIT = 1e6
+"""The largest magnitude a reward may reach: a verifier's ``weight x score_range``, a gate's
+``gate_fail_reward``, ``scoring.verification_reward``, an ``environment.reward_range``. Past it a
+reward is almost surely a bug, and group means and deviations come close to overflowing."""
+
+
+def _weight(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= REWARD_LIMIT:  # NaN fails too
+        raise ValueError(f"{attribute.name} must be a number in [0, {REWARD_LIMIT:g}] (scale rewards down), got {value}")
+
+
 @attrs.frozen
 class VerifierConfig:
     """Base config every verifier's ``Config`` should extend: the weight of its score."""
 
-    weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
-    """Reward contributed = weight x score."""
+    weight: float = attrs.field(default=1.0, validator=_weight)
+    """Reward contributed = weight x score; at most ``1e6`` (and ``weight x`` the score range's
+    largest magnitude at most ``1e6`` too)."""
 
 
 def _finite(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {value}")
+    if not math.isfinite(value) or abs(value) > REWARD_LIMIT:
+        raise ValueError(f"{attribute.name} must be a finite number in [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}], got {value}")
 
 
 @attrs.frozen
@@ -113,7 +125,7 @@ class ShapingVerifierConfig(VerifierConfig):
     gave (negative and above-maximum rewards included); otherwise the reward is left unchanged."""
     gate_fail_reward: float = attrs.field(default=0.0, validator=_finite)
     """The row's total reward when this gate fails (not scaled by ``scoring.verification_reward``);
-    when several gates fail the lowest of their ``gate_fail_reward`` applies."""
+    when several gates fail the lowest of their ``gate_fail_reward`` applies. At most ±1e6."""
     all_rows: bool = True
     """Score every row, whatever its ``verifier`` column names (the verifier gets the row's
     ``ground_truth`` as it is, ``None`` when it has none). False: only rows that name it."""

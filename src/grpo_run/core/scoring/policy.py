@@ -17,7 +17,7 @@ import attrs
 
 from grpo_run.core.plugins.abilities import BatchVerifier, CapsBatchSize, DeclaresScoreRange, ShapingConfig
 from grpo_run.core.plugins.contracts import Verifier
-from grpo_run.core.plugins.types import VerifierConfig
+from grpo_run.core.plugins.types import REWARD_LIMIT, VerifierConfig
 
 DEFAULT_SCORE_RANGE = (0.0, 1.0)
 DEFAULT_MAX_BATCH_SIZE = 64
@@ -61,7 +61,23 @@ def score_range_of(cls: type, config: Any) -> tuple[float, float]:
         raise ValueError(f"score_range must be a pair of numbers (low, high), got {declared!r}") from None
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"score_range must be finite with low < high, got {declared!r}")
+    if max(abs(low), abs(high)) > REWARD_LIMIT:
+        raise ValueError(f"score_range must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale scores down), "
+                         f"got [{low:g}, {high:g}]")
     return low, high
+
+
+def _weight_of(config: Any, score_range: tuple[float, float]) -> float:
+    """The config's weight, checked here too: a plugin's config may redeclare ``weight`` without
+    :class:`VerifierConfig`'s validator."""
+    weight = float(config.weight) if isinstance(config, VerifierConfig) else 1.0
+    if not 0.0 <= weight <= REWARD_LIMIT:
+        raise ValueError(f"weight must be a number in [0, {REWARD_LIMIT:g}], got {weight}")
+    if weight * max(abs(x) for x in score_range) > REWARD_LIMIT:
+        raise ValueError(f"weight x score_range reaches {weight * max(abs(x) for x in score_range):g} "
+                         f"(weight {weight:g}, score_range {list(score_range)}), past {REWARD_LIMIT:g}; "
+                         "scale the weight or the scores down")
+    return weight
 
 
 def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
@@ -78,13 +94,18 @@ def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
         max_batch = int(cls.max_batch_size) if isinstance(cls, CapsBatchSize) else DEFAULT_MAX_BATCH_SIZE
         if max_batch < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch}")
+        score_range = score_range_of(cls, config)
+        gate_fail_reward = float(config.gate_fail_reward) if shaping else 0.0
+        if not abs(gate_fail_reward) <= REWARD_LIMIT:
+            raise ValueError(f"gate_fail_reward must be a number in [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}], "
+                             f"got {gate_fail_reward}")
         return VerifierPolicy(
             name=name,
-            weight=float(config.weight) if isinstance(config, VerifierConfig) else 1.0,
+            weight=_weight_of(config, score_range),
             gate=mode == "gate",
-            gate_fail_reward=float(config.gate_fail_reward) if shaping else 0.0,
+            gate_fail_reward=gate_fail_reward,
             all_rows=bool(config.all_rows) if shaping else False,
-            score_range=score_range_of(cls, config),
+            score_range=score_range,
             is_async=is_async,
             batched=batched,
             max_batch_size=max_batch,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from grpo_run.core.errors import PluginError
 from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reaches
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
 from grpo_run.core.scoring.guards import TimeoutStreak
@@ -119,7 +120,10 @@ class RewardScorer:
         if not (verification_reward > 0 and math.isfinite(verification_reward)):
             raise ValueError(f"verification_reward must be a finite number > 0, got {verification_reward}")
         self._specs: VerifierSpecs = dict(verifiers)
-        self._policies: dict[str, VerifierPolicy] = build_policies(self._specs)
+        try:
+            self._policies: dict[str, VerifierPolicy] = build_policies(self._specs)
+        except ValueError as exc:  # a verifier's declared range, weight or mode: said in one line
+            raise PluginError(str(exc)) from None
         sync_specs = {n: spec for n, spec in self._specs.items() if not self._policies[n].is_async}
         async_specs = {n: spec for n, spec in self._specs.items() if self._policies[n].is_async}
         self._all_rows = [name for name, policy in self._policies.items() if policy.all_rows]
