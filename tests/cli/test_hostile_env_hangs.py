@@ -7,10 +7,14 @@
   for a first Ctrl-C while an async verifier holds the loop;
 * a synchronous ``step`` that never returns: its threads are replaced, the waiting line names the
   environment, and the run stops with a ``run stopped:`` line naming it when too many hang.
+
+The environments and the tool come from an installed plugin distribution (``support.hostile_envs``);
+the agent is a function given by import path, as agents are.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import tomllib
@@ -22,18 +26,27 @@ from grpo_run.cli.main import main
 from grpo_run.core.config.dumping import dumps_toml
 from support import faulty_verifiers as faulty
 from support.paths import EXAMPLES
+from support.hostile_envs import install
 from support.processes import run_grpo
 from support.runs import write_run
 
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture(autouse=True)
+def hanging_package(tmp_path, monkeypatch):
+    """``grpo-run-hanging`` installed for the ``grpo-run`` subprocesses and the in-process runs."""
+    root = install(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(root))
+
+
 def _config(tmp_path: Path, env: str, total_steps: int = 2, tools: tuple[str, ...] = (), scoring: dict | None = None,
             **environment) -> Path:
     cfg = tomllib.loads((EXAMPLES / "calculator-tool.toml").read_text())
     cfg["scoring"] = scoring or {}
-    cfg["tools"].update({f"support.hostile_envs:{tool}": {} for tool in tools})
-    cfg["environment"].update(name=f"support.hostile_envs:{env}", **environment)
+    cfg["tools"].update({tool: {} for tool in tools})
+    cfg["environment"].update(name=env, **environment)
     cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4, async_steps=1)
     cfg["train"].update(total_steps=total_steps, local_eval_every=0)
     cfg["train"].pop("stop_at_eval_accuracy")
@@ -47,20 +60,19 @@ def _config(tmp_path: Path, env: str, total_steps: int = 2, tools: tuple[str, ..
 def test_a_step_blocking_the_loop_is_named_while_it_holds_it(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTILE_BAD_STEPS", "1")
     monkeypatch.setenv("HOSTILE_HOLD_S", "4")
-    cfg = _config(tmp_path, "BlockingAsyncStep", total_steps=1)
+    cfg = _config(tmp_path, "blocking-async-step", total_steps=1)
     done = run_grpo([str(cfg), "--output-dir", str(tmp_path / "run")], limit_s=120)
 
     assert done.returncode == 0 and "Traceback" not in done.output, done.output
     warning = next(i for i, line in enumerate(done.lines) if "has held the event loop" in line)
-    assert re.search(r"environment 'support.hostile_envs:BlockingAsyncStep' step has held the event loop for "
+    assert re.search(r"environment 'blocking-async-step' step has held the event loop for "
                      r"[2-3] s: .*inside `async def`", done.lines[warning]), done.lines[warning]
     assert warning < done.lines.index("hold over")  # said while the loop was held, not after
 
 
 def test_a_first_sigterm_stops_a_run_whose_loop_is_held_for_good(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTILE_FREE_STEPS", "16")  # step 1's episodes (8, at most 2 turns) behave
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # support.* for the in-process resume
-    cfg = _config(tmp_path, "BlockingAsyncStep", total_steps=6)
+    cfg = _config(tmp_path, "blocking-async-step", total_steps=6)
     run = tmp_path / "run"
     done = run_grpo([str(cfg), "--output-dir", str(run)], when=lambda out: "has held the event loop" in out,
                     signals=[(signal.SIGTERM, 0.0)], limit_s=60)
@@ -69,7 +81,7 @@ def test_a_first_sigterm_stops_a_run_whose_loop_is_held_for_good(tmp_path, monke
     assert done.seconds_after_signal < 10  # it held the loop for an hour
     step = int(re.search(r"after step (\d+):", done.output).group(1))
     checkpoint = run / "checkpoints" / f"step_{step}"
-    assert re.fullmatch(r"SIGTERM: environment 'support.hostile_envs:BlockingAsyncStep' step has held the "
+    assert re.fullmatch(r"SIGTERM: environment 'blocking-async-step' step has held the "
                         r"event loop for \d+ s; stopping from outside the loop", done.lines[-3]), done.lines[-3]
     assert done.lines[-2:] == [
         f"interrupted by SIGTERM after step {step}: checkpoint {checkpoint}",
@@ -85,16 +97,16 @@ def test_a_first_sigterm_stops_a_run_whose_loop_is_held_for_good(tmp_path, monke
 
 def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTILE_EVERY", "2")  # half the calls hang: the run goes on, some episodes succeed
-    cfg = _config(tmp_path, "HangingSyncStep", total_steps=30, tools=("HangingTool",), workers=2, step_timeout_s=1,
+    cfg = _config(tmp_path, "hanging-sync-step", total_steps=30, tools=("hanging-tool",), workers=2, step_timeout_s=1,
                   episode_timeout_s=60, scoring={"max_error_rate": 1.0})
     done = run_grpo([str(cfg), "--output-dir", str(tmp_path / "run")], limit_s=45)
 
     assert done.returncode == 1 and "Traceback" not in done.output, done.output
-    assert any("still waiting" in line and "environment 'support.hostile_envs:HangingSyncStep': " in line
+    assert any("still waiting" in line and "environment 'hanging-sync-step': " in line
                and "hung call(s) abandoned" in line for line in done.lines), done.output
-    assert re.fullmatch(r"run stopped: environment 'support.hostile_envs:HangingSyncStep': \d+ synchronous calls "
+    assert re.fullmatch(r"run stopped: environment 'hanging-sync-step': \d+ synchronous calls "
                         r"hang, still running 10 s after their environment.step_timeout_s = 1 \(step in tool "
-                        r"'support.hostile_envs:HangingTool' \d+x; at most 2 may, .*\): .*",
+                        r"'hanging-tool' \d+x; at most 2 may, .*\): .*",
                         done.lines[-1]), done.lines[-1]
 
 

@@ -1,29 +1,37 @@
-"""Environments with ordinary mistakes that hang (issue 33, item 5), on the calculator-tool
-example (``--set environment.name=support.hostile_envs:BlockingAsyncStep``). Each counts its
-``step`` calls in this process; the first ``HOSTILE_FREE_STEPS`` (environment variable, default
-0) behave, the next ``HOSTILE_BAD_STEPS`` (default: all) misbehave -- of those, every
-``HOSTILE_EVERY``-th (default 1: each).
+"""Environments with ordinary mistakes that hang (issue 33, item 5), as the installed distribution
+``grpo-run-hanging`` (:func:`install`) a plugin author would ship: the environments
+``blocking-async-step`` and ``hanging-sync-step`` and the tool ``hanging-tool``, on the
+calculator-tool example. Each counts its ``step`` calls in this process; the first
+``HOSTILE_FREE_STEPS`` (environment variable, default 0) behave, the next ``HOSTILE_BAD_STEPS``
+(default: all) misbehave -- of those, every ``HOSTILE_EVERY``-th (default 1: each).
 
 * :class:`BlockingAsyncStep`: ``async def step`` that calls ``time.sleep`` (``HOSTILE_HOLD_S``
   seconds, default an hour), holding the event loop; it prints ``hold over`` when the sleep ends.
 * :class:`HangingSyncStep`: a plain ``def step`` whose call of the :class:`HangingTool` tool
-  (``[tools."support.hostile_envs:HangingTool"]``) never returns (waits on an event nobody sets).
+  (``[tools.hanging-tool]``) never returns (waits on an event nobody sets).
+
+Both behave like ``support.nudging_env:NudgingTools`` otherwise (a turn without a tool call gets a
+fixed reply, so every episode plays its ``max_turns``). The module imports only ``grpo_run``.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import attrs
 
+import grpo_run
 from grpo_run import Action, EnvStep
-from grpo_run.plugins.environments.tools import ToolsState
+from grpo_run.plugins.environments.tools import ToolsEnvironment, ToolsState
 
-from support.nudging_env import NudgingTools
+DISTRIBUTION = "grpo-run-hanging"
 
 _calls = itertools.count(1)
 
@@ -34,7 +42,19 @@ def _misbehaves() -> bool:
     return free < n <= free + int(os.environ.get("HOSTILE_BAD_STEPS", str(10**9))) and (n - free) % every == 0
 
 
-class BlockingAsyncStep(NudgingTools):
+class _Nudging(ToolsEnvironment):
+    """A turn that calls no tool gets the reply ``again`` instead of ending the episode; a turn
+    earns 0.05 per character (so that a group's samples differ)."""
+
+    def step(self, state: ToolsState, action: Action) -> EnvStep:
+        step = super().step(state, action)
+        reward = step.reward + 0.05 * len(action.turn.text)
+        if action.turn.tool_calls or not step.done:
+            return EnvStep(step.messages, reward, step.done, step.metrics)
+        return EnvStep([{"role": "user", "content": "again"}], reward, False, step.metrics)
+
+
+class BlockingAsyncStep(_Nudging):
     name = "blocking-async-step"
 
     async def step(self, state: ToolsState, action: Action) -> EnvStep:  # type: ignore[override]
@@ -44,12 +64,12 @@ class BlockingAsyncStep(NudgingTools):
         return super().step(state, action)
 
 
-class HangingSyncStep(NudgingTools):
+class HangingSyncStep(_Nudging):
     name = "hanging-sync-step"
 
     def step(self, state: ToolsState, action: Action) -> EnvStep:
         if _misbehaves():
-            self.tools[HangingTool.path]({"x": 1})
+            self.tools[HangingTool.name]({"x": 1})
         return super().step(state, action)
 
 
@@ -57,7 +77,6 @@ class HangingTool:
     """A tool that never returns."""
 
     name = "hanging-tool"
-    path = "support.hostile_envs:HangingTool"
 
     @attrs.frozen
     class Config:
@@ -72,3 +91,26 @@ class HangingTool:
     def __call__(self, arguments: dict) -> str:
         threading.Event().wait()
         return ""
+
+
+@grpo_run.hookimpl
+def grpo_run_register_environments(register: Any) -> None:
+    register(BlockingAsyncStep)
+    register(HangingSyncStep)
+
+
+@grpo_run.hookimpl
+def grpo_run_register_tools(register: Any) -> None:
+    register(HangingTool)
+
+
+def install(root: Path) -> Path:
+    """This module as the installed distribution ``grpo-run-hanging`` under ``root`` (put ``root``
+    on ``sys.path`` or ``PYTHONPATH``: importlib.metadata finds its ``.dist-info`` like pip's)."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(__file__, root / "grpo_run_hanging.py")
+    info = root / "grpo_run_hanging-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[grpo_run]\nhanging = grpo_run_hanging\n")
+    return root
