@@ -189,6 +189,25 @@ def test_no_process_an_async_environment_starts_outlives_a_sigterm(tmp_path, pac
     assert not _sleeps(package)
 
 
+def test_no_process_an_environment_starts_outlives_a_sigkill_of_the_trainer(tmp_path, package):
+    """No clean-up code runs under SIGKILL: the reaper the trainer started ends the environment's
+    own process (started in its constructor) and every episode's it knew of, then exits."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.format(env="spawner", steps=50))
+    run = tmp_path / "run"
+    seen: list[int] = []
+
+    def running(_: str) -> bool:
+        seen[:] = [p.pid for p in _sleeps(package)]
+        return len(metrics_steps(run)) >= 1 and bool(seen)
+
+    done = run_grpo([str(cfg), "--output-dir", str(run)], signals=[(signal.SIGKILL, 0.0)], when=running, settle_s=5.0)
+    assert done.returncode == -signal.SIGKILL, done.output
+    assert seen  # the environment's processes were running when the trainer was killed
+    assert not done.leftovers, done.leftovers  # the reaper too is gone
+    assert not _sleeps(package)
+
+
 def test_an_environment_in_worker_processes_keeps_its_memory_there_under_a_limit(tmp_path, package):
     """``isolation = "process"``: the 40 MB each episode keeps stay in the workers, which are
     replaced past ``max_worker_rss_mb`` once their open episodes are closed; nothing is left."""
@@ -341,3 +360,4 @@ def test_memory_growth_is_said_past_256_mb_then_at_each_doubling() -> None:
         assert grown == [300, 1100]
     finally:
         processes.close()
+

@@ -23,8 +23,10 @@ those of a call that never returned) is ended by :meth:`EnvironmentProcesses.clo
 run closes its parts: at its normal end, after ``run stopped``, after a first SIGINT/SIGTERM.
 A second signal kills every child of the trainer anyway (:mod:`grpo_run.core.loop.signals`).
 
-Not covered: a process that leaves the tree before it is seen (double-forked daemons), children
-of threads the environment starts itself, and a SIGKILL of the trainer (no clean-up code runs).
+A SIGKILL of the trainer runs no clean-up code: a reaper process (:mod:`.env_reaper`), started
+the first time environment code is seen to start one, ends what is known then. Not covered: a
+process that leaves the tree before it is seen (double-forked daemons), children of threads the
+environment starts itself, and, under a SIGKILL, what a call still running had started.
 psutil does the process work; the thread attribution is Linux's (elsewhere nothing is tracked).
 
 Memory: environment code shares the trainer's heap, so what it keeps is not told apart from the
@@ -48,6 +50,7 @@ from typing import Any, TypeVar
 
 import psutil
 
+from grpo_run.core.rollout.env_reaper import Reaper, is_reaper
 from grpo_run.core.runlog import get_logger
 
 T = TypeVar("T")
@@ -91,6 +94,10 @@ class EnvironmentProcesses:
         self._peak = 0
         self._local = threading.local()
         self._at_close: list[Callable[[], None]] = []
+        self._reaper = Reaper()
+        # Dropped without close() (a test, an abandoned build): the reaper goes too. Not at exit:
+        # there it is what ends the processes close() was not called for.
+        weakref.finalize(self, self._reaper.close).atexit = False
         self.warn: Callable[[str], None] | None = None
         """Shows the lines about ended processes and memory on the console (the log has them anyway)."""
 
@@ -191,11 +198,14 @@ class EnvironmentProcesses:
         owners, or (``shared``: seen in overlapping blocks) gains these."""
         found = []
         for pid in pids:
+            if is_reaper(pid):  # the trainer's own helper, whichever thread started it
+                continue
             try:
                 proc = psutil.Process(pid)
                 found += [proc, *proc.children(recursive=True)]
             except psutil.Error:
                 continue
+        new = []
         with self._lock:
             for proc in found:
                 try:
@@ -205,9 +215,11 @@ class EnvironmentProcesses:
                 if key not in self._owners:  # first seen: its owners; seen again from a pool thread: known
                     self._owners[key] = set(owners)
                     self._procs[key] = proc
+                    new.append(key)
                 elif shared:
                     self._owners[key] |= owners
             late = [o for o in owners if isinstance(o, EpisodeOwner) and o in self._over]
+        self._reaper.add(new)
         for owner in late:  # an abandoned call (its episode timed out) returned after all
             self.end(owner)
 
@@ -230,6 +242,7 @@ class EnvironmentProcesses:
             return 0
         what = _command(procs[0])
         ended = kill_trees(procs)
+        self._reaper.discard(keys)
         with self._lock:
             self.ended += ended
         if ended and owner is not ENVIRONMENT and not self._told:
@@ -260,6 +273,7 @@ class EnvironmentProcesses:
             self._owners.clear()
             self._procs.clear()
         ended = kill_trees(procs)
+        self._reaper.close()
         with self._lock:
             self.ended += ended
         if self.ended or self.grown_bytes:
