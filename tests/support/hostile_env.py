@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -167,11 +166,8 @@ def grpo_run_register_environments(register: Any) -> None:
 
 def install(root: Path) -> Path:
     """This module as the installed distribution ``grpo-run-hostile`` under ``root`` (put ``root``
-    on ``sys.path`` or ``PYTHONPATH``: importlib.metadata finds its ``.dist-info`` like pip's)."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(__file__, root / "grpo_run_hostile.py")
-    info = root / "grpo_run_hostile-0.1.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: grpo-run-hostile\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[grpo_run]\nhostile = grpo_run_hostile\n")
-    return root
+    on ``sys.path`` or ``PYTHONPATH``)."""
+    from support.distributions import install_module  # here: the installed copy imports only grpo_run
+
+    return install_module(root, "grpo_run_hostile", Path(__file__).read_text(encoding="utf-8"),
+                          "grpo-run-hostile", "hostile")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import sys
 import threading
 import time
@@ -106,11 +105,7 @@ def grpo_run_register_tools(register: Any) -> None:
 
 def install(root: Path) -> Path:
     """This module as the installed distribution ``grpo-run-hanging`` under ``root`` (put ``root``
-    on ``sys.path`` or ``PYTHONPATH``: importlib.metadata finds its ``.dist-info`` like pip's)."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(__file__, root / "grpo_run_hanging.py")
-    info = root / "grpo_run_hanging-0.1.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[grpo_run]\nhanging = grpo_run_hanging\n")
-    return root
+    on ``sys.path`` or ``PYTHONPATH``)."""
+    from support.distributions import install_module  # here: the installed copy imports only grpo_run
+
+    return install_module(root, "grpo_run_hanging", Path(__file__).read_text(encoding="utf-8"), DISTRIBUTION, "hanging")

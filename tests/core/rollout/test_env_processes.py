@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from grpo_run.core.rollout.env_processes import ENVIRONMENT, EnvironmentProcesses, EpisodeOwner
+from support.distributions import install_module
 from support.processes import metrics_steps, run_grpo
 
 pytestmark = pytest.mark.timeout(240)
@@ -123,11 +124,7 @@ progress = false
 
 def _install(root, seconds: str) -> None:
     """The package, installed as pip would (a module and its .dist-info on the path)."""
-    (root / "spawner_env.py").write_text(SPAWNER.format(seconds=seconds))
-    info = root / "grpo_run_spawner-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: grpo-run-spawner\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[grpo_run]\nspawner = spawner_env\n")
+    install_module(root, "spawner_env", SPAWNER.format(seconds=seconds), "grpo-run-spawner", "spawner")
 
 
 def _sleeps(seconds: str) -> list[psutil.Process]:
