@@ -32,6 +32,10 @@ resolve() {  # one set: its report (JSON) and pip's output under $logs
 export -f resolve
 export wheel python logs
 
+why() {  # pip's lines matching $2 (the conflict), else its last lines (a network or disk error)
+  { grep -E "$2" "$1" || tail -n 8 "$1"; } | tail -n "$3" | sed 's/^/    /'
+}
+
 run_sets() {  # in parallel: the time is spent waiting on the index, not on these 2 cores
   printf '%s\n' "$@" | xargs -P 4 -I{} bash -c 'resolve {} || touch "$logs/{}.failed"'
 }
@@ -41,7 +45,7 @@ sets=""
 for union in $unions; do
   if [ -e "$logs/$union.failed" ]; then
     echo "note: grpo-run[$union] do not resolve together; each alone:"
-    grep -E "depends on" "$logs/$union.log" | tail -n 6 | sed 's/^/    /'
+    why "$logs/$union.log" "depends on" 6
     run_sets ${union//,/ }
     sets="$sets ${union//,/ }"
   else
@@ -53,7 +57,7 @@ for set in $sets; do
   if [ -e "$logs/$set.failed" ]; then
     failed=1
     echo "FAIL grpo-run[$set] does not resolve:"
-    grep -E "ERROR|depends on|conflict" "$logs/$set.log" | tail -n 12 | sed 's/^/    /'
+    why "$logs/$set.log" "ERROR|depends on|conflict" 12
   elif [ -e "$logs/$set.json" ]; then
     "$python" - "$logs/$set.json" "$set" <<'PY'
 import json, sys
