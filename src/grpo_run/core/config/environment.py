@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from grpo_run.core.config.schema import RunConfig
 
 
-
-
 def _reward_range(instance: object, attribute: attrs.Attribute, value: tuple[float, float]) -> None:
     low, high = value
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
