@@ -61,3 +61,15 @@ def make_spec(**alg) -> LearnerSpec:
 
 def params_of(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
+
+
+def mini_batches(seqs: list[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int = 0,
+                 *, rank: int = 0, world_size: int = 1, max_tokens: int = 0) -> list:
+    """The packed mini-batches a learner (rank ``rank`` of ``world_size``) trains on for ``seqs``."""
+    from grpo_run.core.learner.micro import pack_mini_batch
+    from grpo_run.core.learner.strategies.base import Strategy
+    from grpo_run.core.learner.strategies.sharding import rank_shares
+
+    shares = (Strategy().mini_batch_shares(seqs, num_mini_batches) if world_size == 1
+              else rank_shares(seqs, num_mini_batches, rank=rank, world_size=world_size))
+    return [pack_mini_batch(share, pack_length, pad_token_id, max_tokens) for share in shares]

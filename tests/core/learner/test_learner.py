@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from support.learner import VOCAB, make_seqs, make_spec, params_of, tiny_model
+from support.learner import VOCAB, make_seqs, make_spec, params_of, tiny_model, mini_batches
 
 from grpo_run import LossInputs, LossOutput
 from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
@@ -23,7 +23,7 @@ from support.entropy import token_entropy
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import block_causal_mask, packed_token_logprobs
 from grpo_run.core.learner.aggregation import LossNormaliser, aggregate
-from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences, split_mini_batches
+from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
 from grpo_run.plugins.kl.k3 import K3KL
 from grpo_run.plugins.losses.dapo import DapoLoss
 
@@ -70,7 +70,7 @@ def test_mini_batch_losses_add_up_to_m_times_the_batch_objective(mode, denominat
     # batch's token count stands, so it gets the same M scale; it used to add up to 1x).
     seqs = make_seqs(11, seed=3)
     seqs[4] = attrs.evolve(seqs[4], loss_mask=False)
-    batches = split_mini_batches(seqs, 3, 16, 0)
+    batches = mini_batches(seqs, 3, 16, 0)
     gen = torch.Generator().manual_seed(0)
     normaliser = LossNormaliser.for_batches([(b.completion_mask, b.seq_ids, b.num_seqs) for b in batches], mode, denominator)
     losses_by_seq: list[list[float]] = [[] for _ in seqs]
@@ -143,15 +143,13 @@ def test_ranks_weights_averaged_over_ranks_are_one_process_weights(mode, denomin
     # DDP averages the ranks' gradients, so each token's weight on its rank, divided by the world
     # size, must be its weight in one process: for every mode and denominator (a constant C
     # carries the same M x world_size scale as a count; without it the average was 1 / (2C)).
-    from grpo_run.core.learner.strategies.sharding import rank_mini_batches
-
     seqs = make_seqs(12, seed=5)
     seqs[3] = attrs.evolve(seqs[3], loss_mask=False)
     world = 2
-    single = split_mini_batches(seqs, 2, 16, 0)
+    single = mini_batches(seqs, 2, 16, 0)
     one = LossNormaliser.for_batches([(b.completion_mask, b.seq_ids, b.num_seqs) for b in single], mode, denominator)
     want = _weights_by_sequence(one, single)
-    shares = [rank_mini_batches(seqs, 2, 16, 0, rank=r, world_size=world) for r in range(world)]
+    shares = [mini_batches(seqs, 2, 16, 0, rank=r, world_size=world) for r in range(world)]
     items = [[(b.completion_mask, b.seq_ids, b.num_seqs) for b in share] for share in shares]
     local = [LossNormaliser.for_batches(i, mode, denominator) for i in items]
     total = torch.tensor([sum(n.num_tokens for n in local), sum(n.num_seqs for n in local)], dtype=torch.float64)
@@ -186,7 +184,7 @@ def test_several_updates_use_the_pre_update_policy_as_old() -> None:
     learner = Learner(make_spec(num_mini_batches=2, num_epochs=2), model, None, spy, None)
     learner.train_step(seqs)
     assert len(spy.calls) == 4  # 2 epochs x 2 mini-batches
-    batches = split_mini_batches(seqs, 2, 16, 0)
+    batches = mini_batches(seqs, 2, 16, 0)
     with torch.no_grad():  # the learner computes log-probs of the loss tokens only (0 elsewhere)
         expected = [packed_token_logprobs(initial, b) * b.completion_mask for b in batches]
     for i, call in enumerate(spy.calls):

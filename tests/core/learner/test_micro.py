@@ -13,8 +13,8 @@ from support.learner import make_seqs, make_spec, tiny_model
 
 from grpo_run.core.config.schema import KLSlot
 from grpo_run.core.learner.learner import Learner
-from grpo_run.core.learner.micro import micro_groups, row_groups
-from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
+from grpo_run.core.learner.micro import micro_groups, pack_mini_batch, row_groups
+from grpo_run.core.rollout.packing import SequenceToPack
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.plugins.kl.k3 import K3KL
 from grpo_run.plugins.losses.dapo import DapoLoss
@@ -101,7 +101,7 @@ def test_packed_micro_batches_keep_prompt_groups_together_and_merge_under_a_larg
     # Four groups of 4 samples (30 tokens each, 480 in all) under 128 tokens per forward: each
     # group is one micro-batch, so its prompt is still computed once per forward.
     seqs = [s for g in range(4) for s in _group([10 + g] * 6, 4, 24, 4 * g)]
-    batch = pack_sequences(seqs, 64, 0, max_tokens=128)
+    batch = pack_mini_batch(seqs, 64, 0, max_tokens=128)
     assert batch.num_real_tokens == 480 and batch.num_seqs == 16
     tokens = batch.row_tokens()
     groups = micro_groups(batch, 128)
@@ -111,4 +111,4 @@ def test_packed_micro_batches_keep_prompt_groups_together_and_merge_under_a_larg
         assert len({int(part.input_ids[r, s]) for r, s, _ in part.spans}) == 1  # one prompt per forward
     assert micro_groups(batch, 256) == [groups[0] + groups[1], groups[2] + groups[3]]  # the no-grad budget
     assert micro_groups(batch, 0) == [list(range(batch.num_rows))]
-    assert pack_sequences(seqs, 64, 0, max_tokens=480).micro_rows is None  # fits: one forward
+    assert pack_mini_batch(seqs, 64, 0, max_tokens=480).micro_rows is None  # fits: one forward

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from support.learner import make_seqs
+from support.learner import make_seqs, mini_batches
 
+from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.parallel import combine_rank_metrics
-from grpo_run.core.learner.strategies.sharding import idle_batch, is_idle, rank_mini_batches
-from grpo_run.core.rollout.packing import split_mini_batches, token_balanced_groups
+from grpo_run.core.learner.strategies.sharding import idle_batch, is_idle, rank_shares
+from grpo_run.core.rollout.packing import token_balanced_groups
 
 
 def test_token_balanced_groups_deal_longest_first_to_the_lightest() -> None:
@@ -19,11 +20,22 @@ def test_token_balanced_groups_deal_longest_first_to_the_lightest() -> None:
     assert token_balanced_groups([], 2) == []
 
 
-@pytest.mark.parametrize(("n", "mini_batches", "world"), [(9, 2, 2), (3, 2, 2), (12, 3, 4), (5, 1, 3)])
-def test_ranks_split_exactly_the_single_process_mini_batches(n, mini_batches, world) -> None:
+def test_one_process_mini_batches_are_token_balanced_and_complete() -> None:
+    seqs = make_seqs(37, seed=2)
+    shares = Strategy().mini_batch_shares(seqs, 4)
+    assert len(shares) == 4
+    assert sorted(s.seq_id for share in shares for s in share) == [s.seq_id for s in seqs]
+    tokens = [sum(len(s) for s in share) for share in shares]
+    assert max(tokens) - min(tokens) <= max(len(s) for s in seqs)  # LPT: within one sequence
+    assert [len(share) for share in Strategy().mini_batch_shares(seqs[:3], 8)] == [1, 1, 1]
+    assert Strategy().mini_batch_shares([], 2) == []
+
+
+@pytest.mark.parametrize(("n", "count", "world"), [(9, 2, 2), (3, 2, 2), (12, 3, 4), (5, 1, 3)])
+def test_ranks_split_exactly_the_single_process_mini_batches(n, count, world) -> None:
     seqs = make_seqs(n, seed=n)
-    single = split_mini_batches(seqs, mini_batches, 16, 0)
-    shares = [rank_mini_batches(seqs, mini_batches, 16, 0, rank=r, world_size=world) for r in range(world)]
+    single = mini_batches(seqs, count, 16, 0)
+    shares = [mini_batches(seqs, count, 16, 0, rank=r, world_size=world) for r in range(world)]
     assert all(len(s) == len(single) for s in shares)
     for j, batch in enumerate(single):
         parts = [shares[r][j] for r in range(world)]
@@ -36,15 +48,15 @@ def test_ranks_split_exactly_the_single_process_mini_batches(n, mini_batches, wo
 
 def test_a_rank_without_a_share_gets_an_idle_batch() -> None:
     seqs = make_seqs(3, seed=2)  # 2 mini-batches: one of 2 sequences, one of 1
-    single = split_mini_batches(seqs, 2, 16, 0)
+    single = mini_batches(seqs, 2, 16, 0)
     lone = next(j for j, b in enumerate(single) if b.num_seqs == 1)
-    parts = [rank_mini_batches(seqs, 2, 16, 0, rank=r, world_size=2)[lone] for r in range(2)]
+    parts = [mini_batches(seqs, 2, 16, 0, rank=r, world_size=2)[lone] for r in range(2)]
     assert [is_idle(b) for b in parts] == [False, True]  # rank 0 takes the sequence, rank 1 idles
     idle = parts[1]
     assert idle.input_ids.tolist() == [[0, 0]] and not bool(idle.completion_mask.any())
     assert float(idle.advantages.abs().sum()) == 0.0
     with pytest.raises(ValueError, match="rank must be in"):
-        rank_mini_batches(seqs, 2, 16, 0, rank=2, world_size=2)
+        rank_shares(seqs, 2, rank=2, world_size=2)
 
 
 def test_idle_batch_loss_and_gradient_are_exactly_zero() -> None:

@@ -12,7 +12,6 @@ from grpo_run.core.rollout.packing import (
     SequenceToPack,
     first_fit_decreasing,
     pack_sequences,
-    split_mini_batches,
 )
 
 PAD = 0
@@ -175,25 +174,3 @@ def test_empty_batch() -> None:
     assert batch.input_ids.shape == (0, 0) and batch.num_seqs == 0 and batch.packed_ratio == 0.0
 
 
-def test_split_mini_batches_balanced_and_complete() -> None:
-    rng = random.Random(2)
-    seqs = [make_seq(i, rng.randint(1, 10), rng.randint(1, 50)) for i in range(37)]
-    mbs = split_mini_batches(seqs, num_mini_batches=4, pack_length=64, pad_token_id=PAD)
-    assert len(mbs) == 4
-    assert sorted(i for mb in mbs for i in mb.source_seq_ids) == [s.seq_id for s in seqs]
-    by_id = {s.seq_id: s for s in seqs}
-    for mb in mbs:
-        check_invariants([by_id[i] for i in mb.source_seq_ids], mb, 64)
-    tokens = [mb.num_real_tokens for mb in mbs]
-    # LPT: the spread is at most one sequence's length.
-    assert max(tokens) - min(tokens) <= max(len(s) for s in seqs)
-
-
-def test_split_mini_batches_edge_cases() -> None:
-    seqs = [make_seq(i, 2, 2) for i in range(3)]
-    assert [mb.num_seqs for mb in split_mini_batches(seqs, 8, 16, PAD)] == [1, 1, 1]
-    assert split_mini_batches([], 2, 16, PAD) == []
-    with pytest.raises(ValueError, match="num_mini_batches must be >= 1"):
-        split_mini_batches(seqs, 0, 16, PAD)
-    with pytest.raises(ValueError, match="sequence 101"):
-        split_mini_batches([make_seq(1, 10, 10)], 1, 16, PAD)

@@ -41,7 +41,7 @@ from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpoint
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
-from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, take_rows
+from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, pack_mini_batch, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
 from grpo_run.core.learner.schedule import lr_lambda
@@ -89,6 +89,9 @@ class Learner:
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
+        self.forward_tokens = spec.forward_tokens
+        """Tokens per training forward in effect (``learner.max_tokens_per_forward``; 0: no bound)."""
+        self.logprob_forward_tokens = spec.logprob_forward_tokens
         # The intra-op threads of the building thread (``train.num_threads``), re-applied in
         # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
         self.num_threads = torch.get_num_threads()
@@ -114,10 +117,8 @@ class Learner:
         torch.set_num_threads(self.num_threads)
         param = next(self.policy.parameters())
         mini_batches = [
-            b.to(param.device)
-            for b in self.strategy.mini_batches(
-                seqs, alg.num_mini_batches, alg.pack_length, self.pad_token_id, self.spec.forward_tokens
-            )
+            pack_mini_batch(share, alg.pack_length, self.pad_token_id, self.forward_tokens).to(param.device)
+            for share in self.strategy.mini_batch_shares(seqs, alg.num_mini_batches)
         ]
         # Counts for the whole rollout batch, fixed before any update (see loss_aggregation).
         normaliser = LossNormaliser.for_batches(
@@ -130,7 +131,7 @@ class Learner:
         # Each mini-batch's micro-batches under the token budgets; a piece's sequence layout is
         # built once and shared by every forward over the same rows.
         pieces = MicroBatches(self.strategy, self.pad_token_id, alg.share_prompts)
-        micro = [pieces.split(i, b, self.spec.forward_tokens) for i, b in enumerate(mini_batches)]
+        micro = [pieces.split(i, b, self.forward_tokens) for i, b in enumerate(mini_batches)]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
@@ -191,7 +192,7 @@ class Learner:
     def _logprobs(self, model: torch.nn.Module, index: int, batch: PackedBatch, pieces: MicroBatches) -> torch.Tensor:
         """No-grad log-probs ``[R, L]`` of mini-batch ``index`` under ``model``, in micro-batches
         under ``learner.max_tokens_per_logprob_forward``."""
-        parts = pieces.split(index, batch, self.spec.logprob_forward_tokens)
+        parts = pieces.split(index, batch, self.logprob_forward_tokens)
         real = [p for p in parts if p.rows]
         with torch.no_grad():
             out = assemble_rows(

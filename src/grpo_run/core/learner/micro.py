@@ -1,14 +1,17 @@
-"""Micro-batches: a mini-batch's packed rows, split under a token budget per forward.
+"""Micro-batches: the one place the token budget per forward is applied.
 
-A mini-batch is one optimizer step; its forward and backward may run in several pieces of whole
+A mini-batch's sequences are dealt to micro-batches of at most ``max_tokens`` tokens
+(:func:`micro_batch_bins`), whole prompt groups together, and each is packed into rows of its own
+(:func:`pack_mini_batch`). A mini-batch is one optimizer step; its forward and backward may run in several pieces of whole
 rows whose gradients add up. The loss needs no rescaling for that: the normaliser's per-token
 weights (:mod:`.aggregation`) are fixed over the whole rollout batch before any forward, and a
 sequence never spans two rows, so the sum of the micro-batches' weighted losses *is* the
 mini-batch's loss, in every aggregation mode.
 
-The no-grad passes (pi_old, reference) split the same way under their own budget, and their
-``[R, L]`` results are assembled per mini-batch, so a training micro-batch can take its rows of
-them whatever the two budgets are.
+The no-grad passes (pi_old, reference) run under their own budget over the same micro-batches,
+neighbours merged while they fit (:func:`micro_groups`), and their ``[R, L]`` results are
+assembled per mini-batch, so a training micro-batch can take its rows of them whatever the two
+budgets are.
 """
 
 from __future__ import annotations
@@ -23,14 +26,53 @@ from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.sharding import idle_batch
-from grpo_run.core.rollout.packing import PackedBatch, token_balanced_groups
+from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, pack_sequences, token_balanced_groups
+
+
+def pack_mini_batch(
+    seqs: Sequence[SequenceToPack], pack_length: int, pad_token_id: int, max_tokens: int
+) -> PackedBatch:
+    """``seqs`` (one rank's share of a mini-batch) packed in micro-batches of at most
+    ``max_tokens`` tokens (:func:`micro_batch_bins`); all in one forward when they fit or
+    ``max_tokens = 0``; an idle batch when there are none (a rank without a share)."""
+    if not seqs:
+        return idle_batch(pad_token_id)
+    if max_tokens <= 0 or sum(len(s) for s in seqs) <= max_tokens:
+        return pack_sequences(seqs, pack_length, pad_token_id)
+    return pack_sequences(seqs, pack_length, pad_token_id, groups=micro_batch_bins(seqs, max_tokens))
+
+
+def micro_batch_bins(seqs: Sequence[SequenceToPack], max_tokens: int) -> list[list[int]]:
+    """Indices of ``seqs`` per micro-batch: the fewest token-balanced bins (LPT) of at most
+    ``max_tokens`` tokens (a sequence longer than that: a bin of its own), dealing whole groups of
+    sequences with the same prompt, so the learner still computes a shared prompt once; a group
+    larger than ``max_tokens`` is cut into pieces first."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        groups.setdefault(tuple(s.prompt_ids), []).append(i)
+    items: list[list[int]] = []
+    for members in groups.values():
+        piece: list[int] = []
+        for i in members:
+            if piece and sum(len(seqs[j]) for j in piece) + len(seqs[i]) > max_tokens:
+                items.append(piece)
+                piece = []
+            piece.append(i)
+        items.append(piece)
+    sizes = [sum(len(seqs[i]) for i in item) for item in items]
+    count = max(1, -(-sum(sizes) // max_tokens))
+    while True:
+        bins = token_balanced_groups(sizes, count)
+        if count >= len(items) or all(len(b) == 1 or sum(sizes[i] for i in b) <= max_tokens for b in bins):
+            return [sorted(i for item in b for i in items[item]) for b in bins]
+        count += 1
 
 
 def micro_groups(batch: PackedBatch, max_tokens: int) -> list[list[int]]:
     """Row indices of each micro-batch of ``batch`` under ``max_tokens`` real tokens per forward.
 
-    Where the batch was packed in micro-batches (:attr:`PackedBatch.micro_rows`) that fit, those,
-    with neighbours merged while they still fit (a larger budget, as the no-grad passes have);
+    Where the batch was packed in micro-batches (:func:`pack_mini_batch`) that fit, those, with
+    neighbours merged while they still fit (a larger budget, as the no-grad passes have);
     otherwise :func:`row_groups`. ``max_tokens = 0``: every row in one forward.
     """
     rows = list(range(batch.num_rows))

@@ -88,8 +88,7 @@ class PackedBatch:
     spans: tuple[tuple[int, int, int], ...]
     """``(row, start, end)`` of each batch-local sequence (``end`` exclusive)."""
     micro_rows: tuple[tuple[int, ...], ...] | None = None
-    """Packed under a token budget (``max_tokens`` of :func:`pack_sequences`): the rows of each
-    micro-batch, consecutive, every group of prompt-sharing sequences kept in one where it fits."""
+    """Packed in groups (``groups`` of :func:`pack_sequences`): the consecutive rows of each group."""
 
     @property
     def num_rows(self) -> int:
@@ -238,7 +237,7 @@ def pack_sequences(
     pad_token_id: int,
     *,
     minimize_width: bool = True,
-    max_tokens: int = 0,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> PackedBatch:
     """Pack ``seqs`` into rows of at most ``pack_length`` tokens, first-fit decreasing by length.
 
@@ -247,47 +246,21 @@ def pack_sequences(
     ``pack_length`` (or with no prompt token, or a log-prob count that does not match its
     completion) is a :class:`ValueError` naming its ``seq_id``.
 
-    ``max_tokens`` > 0 and fewer tokens than ``seqs`` hold: the sequences are first dealt to
-    micro-batches of at most ``max_tokens`` tokens (:func:`micro_batch_bins`: sequences with the
-    same prompt together, so the learner still computes a shared prompt once), each packed on its
-    own; :attr:`PackedBatch.micro_rows` says which rows form each.
+    ``groups`` (indices into ``seqs``, each sequence in one): each group is packed into rows of
+    its own, consecutive; :attr:`PackedBatch.micro_rows` says which rows hold each group (the
+    learner's micro-batches, :mod:`grpo_run.core.learner.micro`).
     """
     _check(seqs, pack_length)
     lengths = [len(s) for s in seqs]
-    if max_tokens <= 0 or sum(lengths) <= max_tokens:
+    if groups is None:
         return _assemble(seqs, assign_rows(lengths, pack_length, minimize_width=minimize_width), pad_token_id)
     rows: list[list[int]] = []
     micro: list[tuple[int, ...]] = []
-    for members in micro_batch_bins(seqs, max_tokens):
-        bin_rows = assign_rows([lengths[i] for i in members], pack_length, minimize_width=minimize_width)
-        micro.append(tuple(range(len(rows), len(rows) + len(bin_rows))))
-        rows += [[members[j] for j in row] for row in bin_rows]
+    for members in groups:
+        group_rows = assign_rows([lengths[i] for i in members], pack_length, minimize_width=minimize_width)
+        micro.append(tuple(range(len(rows), len(rows) + len(group_rows))))
+        rows += [[members[j] for j in row] for row in group_rows]
     return attrs.evolve(_assemble(seqs, rows, pad_token_id), micro_rows=tuple(micro))
-
-
-def micro_batch_bins(seqs: Sequence[SequenceToPack], max_tokens: int) -> list[list[int]]:
-    """Indices of ``seqs`` per micro-batch: the fewest token-balanced bins (LPT) of at most
-    ``max_tokens`` tokens (a sequence longer than that: a bin of its own), dealing whole groups of
-    sequences with the same prompt; a group larger than ``max_tokens`` is cut into pieces first."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        groups.setdefault(tuple(s.prompt_ids), []).append(i)
-    items: list[list[int]] = []
-    for members in groups.values():
-        piece: list[int] = []
-        for i in members:
-            if piece and sum(len(seqs[j]) for j in piece) + len(seqs[i]) > max_tokens:
-                items.append(piece)
-                piece = []
-            piece.append(i)
-        items.append(piece)
-    sizes = [sum(len(seqs[i]) for i in item) for item in items]
-    count = max(1, -(-sum(sizes) // max_tokens))
-    while True:
-        bins = token_balanced_groups(sizes, count)
-        if count >= len(items) or all(len(b) == 1 or sum(sizes[i] for i in b) <= max_tokens for b in bins):
-            return [sorted(i for item in b for i in items[item]) for b in bins]
-        count += 1
 
 
 def _assemble(seqs: Sequence[SequenceToPack], rows: list[list[int]], pad_token_id: int) -> PackedBatch:
@@ -347,37 +320,11 @@ def _assemble(seqs: Sequence[SequenceToPack], rows: list[list[int]], pad_token_i
     )
 
 
-def split_mini_batches(
-    seqs: Sequence[SequenceToPack],
-    num_mini_batches: int,
-    pack_length: int,
-    pad_token_id: int,
-    *,
-    minimize_width: bool = True,
-    max_tokens: int = 0,
-) -> list[PackedBatch]:
-    """Split ``seqs`` into ``num_mini_batches`` token-balanced groups and pack each one (under
-    ``max_tokens`` per micro-batch, see :func:`pack_sequences`).
-
-    Sequences are dealt longest first to the group with the fewest tokens so far (LPT), which
-    balances total tokens to within one sequence; each group is then packed on its own, so each
-    mini-batch has at most one partly filled row. Returns fewer mini-batches when there are fewer
-    sequences than ``num_mini_batches`` (never an empty one); sequences keep their input order
-    within a group.
-    """
-    if num_mini_batches < 1:
-        raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
-    _check(seqs, pack_length)
-    return [
-        pack_sequences([seqs[i] for i in group], pack_length, pad_token_id, minimize_width=minimize_width, max_tokens=max_tokens)
-        for group in token_balanced_groups([len(s) for s in seqs], num_mini_batches)
-    ]
-
-
 def token_balanced_groups(lengths: Sequence[int], num_groups: int) -> list[list[int]]:
     """Deal item indices to ``min(num_groups, len(lengths))`` groups, longest first to the group
     with the fewest tokens so far (LPT): totals balance to within one item. Each group lists its
-    indices in ascending order. Shared by mini-batches and by the ranks of a data-parallel learner.
+    indices in ascending order. Shared by mini-batches, the ranks of a data-parallel learner and
+    micro-batches.
     """
     groups: list[list[int]] = [[] for _ in range(min(num_groups, len(lengths)))]
     heap = [(0, g) for g in range(len(groups))]  # (tokens so far, group index)

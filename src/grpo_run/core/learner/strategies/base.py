@@ -23,7 +23,7 @@ import torch
 
 from grpo_run.core.config.schema import OptimSection
 from grpo_run.core.learner.offpolicy import polyak_update
-from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack, split_mini_batches
+from grpo_run.core.rollout.packing import SequenceToPack, token_balanced_groups
 
 
 def make_optimizer(params: Any, optim: OptimSection) -> torch.optim.Optimizer:
@@ -70,13 +70,11 @@ class Strategy:
         """Sums a small tensor over ranks (the loss normaliser's counts); ``None`` on one process."""
         return None
 
-    def mini_batches(
-        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int,
-        max_tokens: int = 0,
-    ) -> list[PackedBatch]:
-        """This process's packed share of each mini-batch, laid out in micro-batches of at most
-        ``max_tokens`` tokens (:func:`~grpo_run.core.rollout.packing.pack_sequences`)."""
-        return split_mini_batches(seqs, num_mini_batches, pack_length, pad_token_id, max_tokens=max_tokens)
+    def mini_batch_shares(self, seqs: Sequence[SequenceToPack], num_mini_batches: int) -> list[list[SequenceToPack]]:
+        """This process's sequences of each mini-batch: ``num_mini_batches`` token-balanced groups
+        (fewer when there are fewer sequences), in input order within each."""
+        groups = token_balanced_groups([len(s) for s in seqs], num_mini_batches)
+        return [[seqs[i] for i in group] for group in groups]
 
     def max_over_ranks(self, value: int) -> int:
         """The largest ``value`` of any rank (collective where there are several): every rank runs

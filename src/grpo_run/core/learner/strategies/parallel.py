@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 from grpo_run.core.learner.strategies.base import Strategy
-from grpo_run.core.learner.strategies.sharding import rank_mini_batches
-from grpo_run.core.rollout.packing import PackedBatch, SequenceToPack
+from grpo_run.core.learner.strategies.sharding import rank_shares
+from grpo_run.core.rollout.packing import SequenceToPack
 
 SHARE_METRICS = ("loss/policy", "loss/total", "loss/kl")
 """Normaliser-weighted losses: each rank's value is its share of the whole batch's loss, times the
@@ -42,14 +42,8 @@ class DataParallel(Strategy):
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
         return int(out.item())
 
-    def mini_batches(
-        self, seqs: Sequence[SequenceToPack], num_mini_batches: int, pack_length: int, pad_token_id: int,
-        max_tokens: int = 0,
-    ) -> list[PackedBatch]:
-        return rank_mini_batches(
-            seqs, num_mini_batches, pack_length, pad_token_id, rank=self.rank, world_size=self.world_size,
-            max_tokens=max_tokens,
-        )
+    def mini_batch_shares(self, seqs: Sequence[SequenceToPack], num_mini_batches: int) -> list[list[SequenceToPack]]:
+        return rank_shares(seqs, num_mini_batches, rank=self.rank, world_size=self.world_size)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         return super().full_state_dict() if self.is_main else None  # replicated: rank 0 has it all

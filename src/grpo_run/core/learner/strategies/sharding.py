@@ -3,7 +3,7 @@
 Every rank receives the whole rollout batch and computes the same token-balanced mini-batches a
 single process would (:func:`~grpo_run.core.rollout.packing.token_balanced_groups`); each
 mini-batch's sequences are then dealt to the ranks, again balanced by tokens, and each rank packs
-its share. So mini-batch ``j`` holds exactly the same sequences under every strategy, and the
+its share (:func:`~grpo_run.core.learner.micro.pack_mini_batch`). So mini-batch ``j`` holds exactly the same sequences under every strategy, and the
 gradient averaged over ranks is the single process's (the loss normaliser counts over all ranks).
 
 A rank whose share of a mini-batch is empty (fewer sequences than ranks) still takes part in the
@@ -31,25 +31,16 @@ def is_idle(batch: PackedBatch) -> bool:
     return batch.source_seq_ids == (IDLE_SEQ_ID,)
 
 
-def rank_mini_batches(
-    seqs: Sequence[SequenceToPack],
-    num_mini_batches: int,
-    pack_length: int,
-    pad_token_id: int,
-    *,
-    rank: int,
-    world_size: int,
-    max_tokens: int = 0,
-) -> list[PackedBatch]:
-    """Rank ``rank``'s packed share of each of the rollout batch's mini-batches (an idle batch
-    where its share is empty), packed under ``max_tokens`` per micro-batch. Every rank gets the
-    same number of mini-batches."""
+def rank_shares(
+    seqs: Sequence[SequenceToPack], num_mini_batches: int, *, rank: int, world_size: int
+) -> list[list[SequenceToPack]]:
+    """Rank ``rank``'s share of each of the rollout batch's mini-batches (empty where it has none:
+    it trains on an idle batch). Every rank gets the same number of mini-batches."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     lengths = [len(s) for s in seqs]
     out = []
     for group in token_balanced_groups(lengths, num_mini_batches):
         shares = token_balanced_groups([lengths[i] for i in group], world_size)
-        mine = [seqs[group[j]] for j in shares[rank]] if rank < len(shares) else []
-        out.append(pack_sequences(mine, pack_length, pad_token_id, max_tokens=max_tokens) if mine else idle_batch(pad_token_id))
+        out.append([seqs[group[j]] for j in shares[rank]] if rank < len(shares) else [])
     return out
