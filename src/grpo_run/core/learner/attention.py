@@ -57,7 +57,15 @@ def varlen_attention(
     ``[1, H_kv, T, D]`` (grouped-query heads are repeated); returns ``[1, T, H, D]``.
 
     With prompt sharing (``layout.shares``) each sequence attends to its virtual copy of the
-    shared prompt, and each stream token takes the output of its own place."""
+    shared prompt, and each stream token takes the output of its own place.
+
+    Under autocast the inputs are cast to its dtype first, as attention itself would cast them:
+    rotary embeddings leave queries and keys in float32 beside float32 weights, and the fused
+    kernels (and half the memory of the copies below) need the half-precision ones."""
+    device_type = query.device.type
+    if torch.is_autocast_enabled(device_type):
+        low = torch.get_autocast_dtype(device_type)
+        query, key, value = (t.to(low) for t in (query, key, value))
     heads = query.shape[1]
     if key.shape[1] != heads:
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
