@@ -3,6 +3,7 @@
 
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH | --overwrite]   train
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
+    grpo-run plan CONFIG.toml [--device D] [--memory SIZE] [--json] the memory a run needs, by part
     grpo-run plugins                                                list plugins and components
     grpo-run docs config [--output FILE] [--check [FILE]]           the config reference page
     grpo-run new-plugin KIND NAME [DIR]                             write a plugin package
@@ -40,10 +41,11 @@ from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 from grpo_run.cli.eval import add_eval_parser, run_eval_command
+from grpo_run.cli.plan import add_plan_parser, run_plan_command
 from grpo_run.cli.report import add_report_parser, run_report_command
 from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
 
-COMMANDS = ("train", "check", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
+COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
     add_eval_parser(sub)
+    add_plan_parser(sub)
     add_report_parser(sub)
     add_serve_parser(sub)
     add_docs_parser(sub)
@@ -166,6 +169,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_score_command(args, host)
     if args.command == "eval":
         return run_eval_command(args, host)
+    if args.command == "plan":
+        return run_plan_command(args, host)
     cfg = _load_checked(args, host)
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary

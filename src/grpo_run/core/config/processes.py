@@ -14,6 +14,13 @@ from grpo_run.core.config.validators import non_negative, positive
 Strategy = Literal["single", "ddp", "fsdp2", "deepspeed"]
 
 
+def _budget(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f'must be "auto" or a number of tokens >= 0 (0: no bound), got {value!r}')
+
+
 def _default_strategy(section: Any) -> str:
     return "ddp" if section.num_learners > 1 else "single"
 
@@ -37,15 +44,21 @@ class LearnerSection:
     offload_params: bool = attrs.field(default=False)
     """DeepSpeed ZeRO-3 or fsdp2: keep parameters on the CPU between uses (fsdp2 moves gradients and
     optimizer state with them); needs a GPU model."""
-    max_tokens_per_forward: int = attrs.field(default=16384, validator=non_negative)
+    max_tokens_per_forward: Literal["auto"] | int = attrs.field(default="auto", validator=_budget)
     """The learner's memory bound: tokens per forward and backward of the training pass (per rank).
     A mini-batch with more is split into micro-batches of whole packed rows, whose gradients add
     up to one optimizer step with exactly the loss of one forward over the mini-batch. A row longer
-    than this is a micro-batch of its own; 0 = no bound (one forward per mini-batch). Peers:
-    verl's ``ppo_max_token_len_per_gpu``, NeMo-RL's ``train_mb_tokens``. docs/memory.md."""
-    max_tokens_per_logprob_forward: int | None = attrs.field(default=None, validator=v.optional(non_negative))
+    than this is a micro-batch of its own; 0 = no bound (one forward per mini-batch).
+    ``"auto"``: the most that fits, from the memory plan (``grpo-run plan``) and the memory the
+    device has free at the start (CUDA: after the engines; CPU: half the memory available),
+    logged once. Peers: verl's ``ppo_max_token_len_per_gpu``, NeMo-RL's ``train_mb_tokens``.
+    docs/memory.md."""
+    max_tokens_per_logprob_forward: Literal["auto"] | int | None = attrs.field(default=None, validator=v.optional(_budget))
     """The same bound for the no-grad passes (the old and the reference policy's log-probs), which
-    keep no activations; unset: twice ``max_tokens_per_forward``."""
+    keep no activations; unset: ``"auto"`` when ``max_tokens_per_forward`` is, else twice it."""
+    max_memory_gib: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    """The memory an ``"auto"`` budget may plan for in each learner process, in GiB (a shared GPU,
+    a laptop that does other work); unset: the plan's share of what the device has."""
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend: ``"auto"`` is NCCL for a CUDA model, gloo otherwise."""
     threads_per_learner: int = attrs.field(default=0, validator=non_negative)
@@ -87,10 +100,12 @@ class LearnerSection:
         )
 
     @property
-    def logprob_forward_tokens(self) -> int:
-        """The no-grad passes' bound in effect (0: none)."""
+    def logprob_forward_tokens(self) -> int | str:
+        """The no-grad passes' bound as set (0: none; ``"auto"``: from the memory plan)."""
         if self.max_tokens_per_logprob_forward is not None:
             return self.max_tokens_per_logprob_forward
+        if self.max_tokens_per_forward == "auto":
+            return "auto"
         return 2 * self.max_tokens_per_forward
 
     @property

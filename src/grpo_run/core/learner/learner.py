@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 from grpo_run.core.errors import UserError
+from grpo_run.core.memory.budget import AUTO, Budgets, choose_budgets, peak_bytes
+from grpo_run.core.runlog import get_logger
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
@@ -89,9 +91,12 @@ class Learner:
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
-        self.forward_tokens = spec.forward_tokens
-        """Tokens per training forward in effect (``learner.max_tokens_per_forward``; 0: no bound)."""
-        self.logprob_forward_tokens = spec.logprob_forward_tokens
+        budgets = _token_budgets(spec, policy)
+        self.forward_tokens, self.logprob_forward_tokens = budgets.train, budgets.logprob
+        """Tokens per training (no-grad) forward in effect (``learner.max_tokens_per_forward``; 0: no bound)."""
+        self.budget_line = budgets.line if AUTO in (spec.forward_tokens, spec.logprob_forward_tokens) else None
+        """How an automatic budget was chosen."""
+        self._planned_resident = budgets.resident
         # The intra-op threads of the building thread (``train.num_threads``), re-applied in
         # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
         self.num_threads = torch.get_num_threads()
@@ -163,6 +168,14 @@ class Learner:
         out["perf/micro_batches"] = float(sum(len(parts) for parts in micro)) / max(1, len(micro))
         out["perf/learner_tokens_per_s"] = real * alg.num_epochs / max(elapsed, 1e-9)
         out["perf/learner_s"] = elapsed
+        out["memory/token_budget"] = float(self.forward_tokens)
+        out["memory/peak_gib"] = peak_bytes(str(param.device)) / 2**30
+        if self.spec.budget_plan is not None:
+            largest = max((p.batch.num_real_tokens for parts in micro for p in parts if p.rows), default=0)
+            passes = recompute_old or self._use_kl
+            lp_tokens = min(max(b.num_real_tokens for b in mini_batches), self.logprob_forward_tokens or 2**62)
+            planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0)
+            out["memory/planned_gib"] = planned / 2**30
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
         rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}
         return self.strategy.combine_metrics(out, rank_totals)
@@ -317,6 +330,19 @@ class Learner:
         self.steps = int(state["steps"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
+
+
+def _token_budgets(spec: LearnerSpec, policy: torch.nn.Module) -> Budgets:
+    """The budgets of ``spec``, an ``"auto"`` one chosen from its memory plan for the policy's device."""
+    if spec.budget_plan is None:
+        if AUTO in (spec.forward_tokens, spec.logprob_forward_tokens):
+            raise ValueError('an "auto" token budget needs the memory plan (LearnerSpec.budget_plan)')
+        return Budgets(int(spec.forward_tokens), int(spec.logprob_forward_tokens), "", 0.0)
+    device = str(next(policy.parameters()).device)
+    chosen = choose_budgets(spec.budget_plan, device, spec.forward_tokens, spec.logprob_forward_tokens)
+    if AUTO in (spec.forward_tokens, spec.logprob_forward_tokens):
+        get_logger().info("token_budget", tokens=chosen.train, logprob_tokens=chosen.logprob, line=chosen.line)
+    return chosen
 
 
 def nan_gradient_unless_finite(loss: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 
 from grpo_run.core.config.schema import AlgorithmSection, KLSlot, LoraSection, OptimSection
 from grpo_run.core.errors import UserError
+from grpo_run.core.memory.budget import BudgetPlan
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -95,10 +96,13 @@ class LearnerSpec:
     total_steps: int
     """For the LR schedule."""
     pad_token_id: int
-    forward_tokens: int = 0
-    """Tokens per training forward (``learner.max_tokens_per_forward``; 0: the whole mini-batch)."""
-    logprob_forward_tokens: int = 0
-    """Tokens per no-grad forward (old and reference log-probs; 0: the whole mini-batch)."""
+    forward_tokens: int | str = 0
+    """Tokens per training forward (``learner.max_tokens_per_forward``; 0: the whole mini-batch;
+    ``"auto"``: chosen by the learner from ``budget_plan``)."""
+    logprob_forward_tokens: int | str = 0
+    """Tokens per no-grad forward (old and reference log-probs; 0: the whole mini-batch; ``"auto"``)."""
+    budget_plan: BudgetPlan | None = None
+    """The memory plan's share of this learner, for an ``"auto"`` budget."""
 
     @property
     def uses_reference(self) -> bool:

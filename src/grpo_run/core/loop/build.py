@@ -18,6 +18,7 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec, resolve_device
 from grpo_run.core.loop.episode_setup import chosen_renderer, row_verifier_note
 from grpo_run.core.loop.evaluation import Evaluator
+from grpo_run.core.loop.memory_setup import with_budget_plan
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
 from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.placement.learner_group import LearnerGroup
@@ -92,11 +93,12 @@ def resolve_model_path(cfg: RunConfig, host: PluginHost) -> str:
 
 
 def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id: int,
-                 policy_from: str | Path | None = None) -> LearnerSpec:
-    """The learner's part of ``cfg``, as a picklable spec."""
+                 policy_from: str | Path | None = None, *, device: str | None = None) -> LearnerSpec:
+    """The learner's part of ``cfg``, as a picklable spec (``device``: plan for that device
+    instead of ``model.device`` resolved here)."""
     registry = host.registry
     m = cfg.model
-    device = resolve_device(m.device)
+    device = device or resolve_device(m.device)
     checkpointing = device.startswith("cuda") if m.gradient_checkpointing == "auto" else m.gradient_checkpointing
     return LearnerSpec(
         model=ModelSpec(
@@ -156,7 +158,9 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         scorer_started = starter.submit(scorer.start)
         try:
             spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
+            spec, budget_note = with_budget_plan(cfg, registry, spec, model_path)
             learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
+            budget_note = budget_note or learner.budget_line
             engine = placement.engines(
                 registry.get(ENGINE, cfg.engine.name),
                 cfg.engine.config,
@@ -179,7 +183,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    notes = [note for note in (row_verifier_note(cfg, prompts.train),) if note is not None]
+    notes = [note for note in (budget_note, row_verifier_note(cfg, prompts.train)) if note is not None]
     producer = build_producer(cfg, registry, tokenizer, sampler, engine, scorer, encoder, params, notes)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),

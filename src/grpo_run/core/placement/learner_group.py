@@ -37,6 +37,8 @@ class LearnerGroup(Protocol):
     steps: int
     """Learner steps completed."""
     num_parameters: int
+    budget_line: str | None
+    """How an automatic token budget was chosen (rank 0's), for the console; ``None``: none was."""
 
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]: ...
 
@@ -68,6 +70,8 @@ class InProcessLearner:
     def __init__(self, learner: Learner) -> None:
         self.learner = learner
         self.num_parameters = sum(p.numel() for p in learner.policy.parameters())
+        self.budget_line = learner.budget_line
+        """How an automatic token budget was chosen (``None``: none was)."""
 
     @property
     def steps(self) -> int:
@@ -133,6 +137,7 @@ class RankedLearnerGroup:
         self._receive_weights = receive_weights
         self.steps = 0
         self.num_parameters = 0
+        self.budget_line: str | None = None
         self.where: list[tuple[int, str]] = []
         """``(pid, host)`` of each rank, once started."""
         self._broken: str | None = None
@@ -146,6 +151,7 @@ class RankedLearnerGroup:
         if self.hang_timeout_s is not None and init_method:
             self._monitor = HeartbeatMonitor(init_method, len(self.workers), self.hang_timeout_s)
         self.num_parameters = int(infos[0]["parameters"])
+        self.budget_line = infos[0].get("budget_line")
         self.where = [(i["pid"], i["host"]) for i in infos]
         get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host")} for i in infos],
                           rendezvous=init_method)

@@ -88,7 +88,8 @@ class LearnerRank:
         parameters = sum(p.numel() for p in self.learner.policy.parameters())
         if s.learner.strategy in ("fsdp2", "deepspeed"):  # sharded: count every rank's part
             parameters = int(strategy.reduce_sum(torch.tensor([float(parameters)], dtype=torch.float64))[0])
-        return {"rank": s.rank, "pid": os.getpid(), "host": socket.gethostname(), "parameters": parameters}
+        return {"rank": s.rank, "pid": os.getpid(), "host": socket.gethostname(), "parameters": parameters,
+                "budget_line": self.learner.budget_line}
 
     def train_step(self, encoded: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         metrics = self.learner.train_step(decode_sequences(encoded))

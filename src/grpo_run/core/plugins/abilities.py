@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from grpo_run.core.plugins.episodes import Chat, EpisodeResult
-from grpo_run.core.plugins.types import Completion, SamplingParams, VerifierResult
+from grpo_run.core.plugins.types import Completion, MemoryPart, MemoryRequest, SamplingParams, VerifierResult
 
 if TYPE_CHECKING:
     from grpo_run.core.config.formatting import ConfigIssue
@@ -74,6 +74,21 @@ class StreamingEngine(Protocol):
     def generate_stream(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> AsyncIterator[tuple[int, list[Completion]]]: ...
+
+
+@runtime_checkable
+class PlansMemory(Protocol):
+    """A component that says, before it is built, what memory it will hold.
+
+    ``grpo-run plan`` and the automatic token budget (``learner.max_tokens_per_forward = "auto"``)
+    ask engines -- and verifiers that hold a model -- through this classmethod, with the
+    component's structured ``config`` and the run's sizes; each returned
+    :class:`~grpo_run.MemoryPart` is shown in the plan and counted where it lives. Used for
+    engines and verifiers; a component without it counts as nothing.
+    """
+
+    @classmethod
+    def memory_parts(cls, config: Any, request: MemoryRequest) -> Sequence[MemoryPart]: ...
 
 
 # ---------------------------------------------------------------------------------------------

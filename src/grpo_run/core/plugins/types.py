@@ -195,6 +195,47 @@ class EngineContext:
 
 
 
+@attrs.frozen
+class MemoryRequest:
+    """What a component is told when a memory plan asks what it will hold (:class:`~grpo_run.PlansMemory`).
+
+    Sizes are the run's model and rollout batch as the plan sees them, before anything is loaded."""
+
+    params: int
+    """Parameters of the run's model (shared ones once)."""
+    param_bytes: int
+    """Bytes per parameter in ``model.dtype``."""
+    layers: int
+    kv_dim: int
+    """Key (and value) width per token and layer: key-value heads x head size."""
+    vocab: int
+    sequences: int
+    """Sequences of one rollout batch (prompts x samples per prompt)."""
+    prompt_tokens: int
+    """The longest prompt (``data.max_prompt_token_length``)."""
+    response_tokens: int
+    """The longest completion (``rollout.response_length``)."""
+    device: str
+    """``"cuda"`` or ``"cpu"``: where the run's model lives."""
+    device_bytes: int | None = None
+    """Memory of one device of that kind (``None`` on the CPU)."""
+
+
+@attrs.frozen
+class MemoryPart:
+    """One part of a component's memory in a plan."""
+
+    name: str
+    bytes: float
+    note: str = ""
+    """How it was counted, in a few words (``"135M params x 4 bytes"``)."""
+    transient: bool = False
+    """Held only while the component works (a KV cache while generating), not all along."""
+    own_process: bool = False
+    """In a process of the component's own (a vLLM worker), not the trainer's; on a CUDA device
+    it still takes that device's memory."""
+
+
 SOLVED_TOLERANCE = 1e-6
 """Rewards are sums of weighted floats (``0.7 + 0.3``): "reached the maximum" allows this much,
 relative to ``max(1, |maximum|)``."""

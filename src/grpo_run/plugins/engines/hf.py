@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from grpo_run import Completion, EngineContext, SamplingParams
+from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, SamplingParams
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
@@ -67,6 +67,19 @@ class HFEngine:
         shared = max(1, torch.get_num_threads() // 2) if context.overlaps_learner else torch.get_num_threads()
         self.num_threads = config.num_threads or shared
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
+
+    @classmethod
+    def memory_parts(cls, config: HFEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
+        """Its copy of the weights in ``model.dtype``, and while generating the KV cache of one
+        ``generate`` call (``max_batch_size`` sequences at most) with its float32 logits."""
+        batch = min(config.max_batch_size, request.sequences)
+        tokens = request.prompt_tokens + request.response_tokens
+        kv = batch * tokens * request.layers * 2 * request.kv_dim * request.param_bytes
+        logits = batch * request.vocab * 4 * 2  # a step's logits and the sampling distribution
+        return [
+            MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy"),
+            MemoryPart("KV cache", kv + logits, f"{batch} sequences x {tokens} tokens", transient=True),
+        ]
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from grpo_run import Completion, EngineContext, RunError, SamplingParams
+from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, RunError, SamplingParams
 from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, worker_environment
 from grpo_run.plugins.engines.vllm.config import VLLMEngineConfig
@@ -35,6 +35,19 @@ class VLLMEngine:
     Config = VLLMEngineConfig
     continuous_batching = True
     """Requests sent one by one share vLLM's batches: episode turns go as single requests."""
+
+    @classmethod
+    def memory_parts(cls, config: VLLMEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
+        """On a GPU, the share of the device vLLM reserves (``gpu_memory_utilization``: weights,
+        activations and KV cache inside it); on the CPU, its weights and KV cache space; in a
+        process of its own either way."""
+        if request.device == "cuda" and request.device_bytes:
+            share = config.gpu_memory_utilization * request.device_bytes / config.tensor_parallel_size
+            return [MemoryPart("reserved share", share, f"gpu_memory_utilization = {config.gpu_memory_utilization:g}",
+                               own_process=True)]
+        kv = (config.kv_cache_memory_gb or CPU_KV_CACHE_GB) * 2**30
+        return [MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", own_process=True),
+                MemoryPart("KV cache", kv, "kv_cache_memory_gb", own_process=True)]
 
     def __init__(self, config: VLLMEngineConfig, context: EngineContext) -> None:
         import torch

@@ -1,0 +1,185 @@
+"""``grpo-run plan CONFIG``: what a run will hold in memory, by process and part, before it runs.
+
+    grpo-run plan CONFIG.toml [--set key=value ...] [--device cuda|cpu] [--memory 24GiB] [--gpus N]
+                              [--json] [--simulate]
+
+Loads no weights: the model's ``config.json`` gives its shape, and the learner's micro-batch
+costs are measured on fake tensors (:mod:`grpo_run.core.learner.probe`). Exit 0 when it fits,
+1 with one line saying what to change when it does not, 2 for a bad config or argument.
+``--simulate`` also runs the learner step itself on fake tensors and prints its peak beside the
+plan's (docs/memory.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from grpo_run.core.errors import UserError
+from grpo_run.core.memory.plan import GIB, ProcessPlan, gib
+from grpo_run.core.memory.run_plan import RunPlan, capacity_lines, rollout_shape
+from grpo_run.core.plugins.host import PluginHost
+
+_UNITS = {"": GIB, "g": GIB, "gi": GIB, "gib": GIB, "gb": 10**9, "m": 2**20, "mi": 2**20, "mib": 2**20,
+          "mb": 10**6, "t": 2**40, "tib": 2**40, "tb": 10**12}
+
+
+def add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="the memory a run needs, by process and part, and the token budget that fits")
+    p.add_argument("config", help="path to the TOML config")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set rollout.num_unique_prompts_rollout=32 (repeatable)")
+    p.add_argument("--device", help="cuda or cpu: where the learner runs (default: model.device; \"auto\" is CUDA "
+                                     "where one is visible)")
+    p.add_argument("--memory", metavar="SIZE",
+                   help="memory of one device, e.g. 24GiB or 80GB (default: this machine's GPU, or the RAM available)")
+    p.add_argument("--gpus", type=_positive, default=None, metavar="N", help="GPUs on the machine (default: learner.num_learners)")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.add_argument("--simulate", action="store_true",
+                   help="also run the learner step on fake tensors and print its peak beside the plan's")
+
+
+def parse_size(text: str) -> float:
+    """``"24GiB"``, ``"80 GB"``, ``"512MiB"``, ``"24"`` (GiB) -> bytes; a :class:`UserError` otherwise."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS or float(match.group(1)) <= 0:
+        raise UserError(f"--memory {text!r}: expected a size such as 24GiB, 80GB or 512MiB")
+    return float(match.group(1)) * _UNITS[unit]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
+    import psutil
+    import torch
+
+    from grpo_run.core.config import load_config
+    from grpo_run.core.config.formatting import ConfigError
+    from grpo_run.core.loop.build import learner_spec, resolve_model_path
+    from grpo_run.core.loop.memory_setup import model_config, plan_inputs
+    from grpo_run.core.loop.preflight import model_path_issues
+    from grpo_run.core.memory.run_plan import plan_run
+
+    if args.device not in (None, "cuda", "cpu"):
+        raise UserError(f"--device {args.device!r}: expected cuda or cpu")
+    capacity = parse_size(args.memory) if args.memory is not None else None
+    cfg = load_config(args.config, host.registry, args.overrides)
+    issues = model_path_issues(cfg.model.name_or_path, host.registry)
+    if issues:
+        raise ConfigError(args.config, issues)
+    device = args.device or _device_kind(cfg.model.device, torch.cuda.is_available())
+    if capacity is None and device == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("--memory: there is no CUDA device here to read its memory from; say how much one has, e.g. --memory 80GiB")
+        capacity = float(torch.cuda.get_device_properties(0).total_memory)
+    elif capacity is None:
+        capacity = float(psutil.virtual_memory().available)
+    model_path = resolve_model_path(cfg, host)
+    config = model_config(model_path, cfg)
+    spec = learner_spec(cfg, host, model_path, int(getattr(config, "pad_token_id", None) or 0), device=device)
+    runtime = float(psutil.Process().memory_info().rss) if device == "cpu" else 0.0
+    inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime,
+                         gpus=args.gpus or cfg.learner.num_learners)
+    plan = plan_run(cfg, host.registry, inputs)
+    simulated = _simulate(cfg, spec, config, plan, device) if args.simulate else None
+    if args.json:
+        out = plan.to_json()
+        out["model"] = {"params": inputs.shape.params, "layers": inputs.shape.layers, "hidden": inputs.shape.hidden,
+                        "vocab": inputs.shape.vocab}
+        if simulated is not None:
+            out["simulated"] = simulated
+        print(json.dumps(out))
+    else:
+        _print(Console(highlight=False), args.config, cfg, inputs, plan, simulated)
+    return 0 if plan.fits else 1
+
+
+def _device_kind(name: str, cuda_here: bool) -> str:
+    if name == "auto":
+        return "cuda" if cuda_here else "cpu"
+    return "cuda" if name.startswith("cuda") else "cpu"
+
+
+def learner_step_bytes(process: ProcessPlan) -> float:
+    """The part of a learner process that a simulated learner step holds: weights, optimizer
+    state, reference policy and the learner's phases (not the interpreter, the rollout batch or
+    an engine beside it)."""
+    learner_parts = ("weights", "LoRA adapters", "optimizer state", "reference policy")
+    resident = sum(p.bytes for p in process.resident if p.name in learner_parts)
+    learner_phases = [sum(p.bytes for p in parts) for name, parts in process.phases if name != "generation"]
+    return resident + max(learner_phases, default=0.0)
+
+
+def _simulate(cfg, spec, config, plan: RunPlan, device: str) -> dict[str, float]:
+    import attrs
+
+    from grpo_run.core.learner.simulate import simulate_step
+
+    budgeted = attrs.evolve(spec, forward_tokens=plan.budget, logprob_forward_tokens=plan.logprob_budget)
+    result = simulate_step(budgeted, config, rollout_shape(cfg), device=device)
+    planned = learner_step_bytes(plan.processes[0])
+    return {"learner_step_peak_bytes": float(result.peak), "planned_learner_step_bytes": planned,
+            "difference": planned / result.peak - 1 if result.peak else 0.0,
+            "micro_batches": result.micro_batches, "seconds": result.seconds}
+
+
+def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: dict | None) -> None:
+    shape, rollout = inputs.shape, rollout_shape(cfg)
+    console.print(Text(f"{path}: memory plan for {inputs.device} ({gib(inputs.capacity)}"
+                       f"{' available' if inputs.device == 'cpu' else ' per device'})"))
+    console.print(Text(f"model {cfg.model.name_or_path}: {shape.params / 1e6:,.1f}M params, {shape.layers} layers, "
+                       f"hidden {shape.hidden}, vocabulary {shape.vocab:,}; {cfg.model.dtype}"
+                       f"{', autocast ' + cfg.model.autocast if cfg.model.autocast != 'none' else ''}"))
+    console.print(Text(f"rollout batch: {rollout.prompts} prompts x {rollout.samples} samples x up to "
+                       f"{rollout.prompt_tokens} + {rollout.response_tokens} tokens = {rollout.tokens:,} tokens"))
+    for process in plan.processes:
+        table = Table(title=f"{process.name} on {process.device}: peak {gib(process.peak)}"
+                            + (f" (in the {process.peak_phase})" if process.peak_phase else ""), title_justify="left")
+        for column in ("part", "size", "how"):
+            table.add_column(column, justify="right" if column == "size" else "left")
+        for part in process.resident:
+            table.add_row(part.name, gib(part.bytes), Text(part.note))
+        for name, parts in process.phases:
+            inside = ", ".join(f"{p.name} {gib(p.bytes)}" + (f" ({p.note})" if p.note else "") for p in parts if p.bytes)
+            table.add_row(Text(f"{name} (one at a time)", style="italic"), "+" + gib(sum(p.bytes for p in parts)), Text(inside))
+        console.print(table)
+    cost = inputs.costs
+    console.print(Text(f"a training forward costs {gib(cost.train.at(4096) - cost.train.at(0))} per 4,096 tokens "
+                       f"({'with' if _checkpointing(cfg, inputs.device) else 'without'} gradient checkpointing; "
+                       f"{gib(cost.train_other.at(4096) - cost.train_other.at(0))} "
+                       f"{'without' if _checkpointing(cfg, inputs.device) else 'with'} it)"))
+    source = "auto: the most that fits" if plan.budget_source == "auto" else "set"
+    console.print(Text(f"token budget: {plan.budget:,} tokens per forward ({source}); the largest that fits: "
+                       f"{plan.largest_budget:,}; log-prob passes: {plan.logprob_budget:,} "
+                       f"(one rank's mini-batch: {plan.tokens_per_mini_batch:,} tokens)"))
+    for line in capacity_lines(plan):
+        console.print(Text(line))
+    for note in plan.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    if simulated is not None:
+        console.print(Text(f"simulated learner step: peak {gib(simulated['learner_step_peak_bytes'])}, planned "
+                           f"{gib(simulated['planned_learner_step_bytes'])} ({simulated['difference']:+.0%}); "
+                           f"{simulated['micro_batches']:.0f} micro-batches, {simulated['seconds']:.0f} s"))
+    if plan.fits:
+        console.print(Text("fits", style="bold green"))
+    else:
+        console.print(Text.assemble(("does not fit: ", "bold red"), plan.advice or ""), soft_wrap=True)
+
+
+def _checkpointing(cfg, device: str) -> bool:
+    setting = cfg.model.gradient_checkpointing
+    return device == "cuda" if setting == "auto" else bool(setting)

@@ -1,0 +1,182 @@
+"""The learner step run on fake tensors: what it would hold in memory, with no weights and no GPU.
+
+:func:`simulate_step` builds the policy (and reference) from a model config alone, inside a
+:class:`~grpo_run.core.memory.fake.FakeDevice`, and runs the project's own
+:meth:`~grpo_run.core.learner.learner.Learner.train_step` on a rollout batch of the planned shape:
+packing into mini- and micro-batches under the token budgets, prompt sharing, gradient
+checkpointing, the chunked output layer, the loss and KL plugins, AdamW. Every floating-point
+storage is counted as it is created and freed, and the peak is read over ``steps`` steps (the
+second one holds the optimizer state from its start).
+
+For a CUDA target the pieces that differ on that device stand in: the fused varlen attention
+kernel (the tensors it keeps: ``out`` and a float32 log-sum-exp per head and token, and in the
+backward the three input gradients and a float32 accumulator for the query's) and AdamW's
+multi-tensor (``foreach``) step, the CUDA default, whose temporaries are as large as the trainable
+weights. Autocast uses the CPU's op lists, which cast matmuls as CUDA's do. One process only:
+data-parallel and sharded strategies are planned, not simulated.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import attrs
+import torch
+
+from grpo_run.core.learner import attention
+from grpo_run.core.learner.learner import Learner
+from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
+from grpo_run.core.learner import logprobs
+from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
+from grpo_run.core.memory.fake import FakeDevice
+from grpo_run.core.memory.shapes import RolloutShape
+from grpo_run.core.rollout.packing import SequenceToPack
+
+
+@attrs.frozen
+class SimulatedStep:
+    """What :func:`simulate_step` counted (bytes)."""
+
+    peak: int
+    """The largest live total at any moment of any step."""
+    steady: int
+    """Live after the last step: weights, gradients' storage if kept, optimizer state, reference."""
+    micro_batches: float
+    """``perf/micro_batches`` of the last step."""
+    seconds: float
+    """Wall time of the simulation."""
+
+
+def simulate_step(
+    spec: LearnerSpec,
+    config: Any,
+    rollout: RolloutShape,
+    *,
+    device: str = "cuda",
+    steps: int = 2,
+    full_logits: bool = False,
+) -> SimulatedStep:
+    """Run ``steps`` learner steps of ``spec`` for a model of ``config`` (a transformers config)
+    on a rollout batch of ``rollout``'s shape, simulated for ``device`` (``"cuda"`` or ``"cpu"``).
+
+    ``full_logits``: the output layer computes real ``[tokens, V]`` logits (as a model that
+    post-processes its logits does) instead of the chunked log-probs."""
+    from transformers import AutoModelForCausalLM
+
+    start = time.perf_counter()
+    seqs = rollout_sequences(rollout, vocab_size=int(config.vocab_size))
+    fake = FakeDevice()
+    with fake, cuda_kernels(device == "cuda"):
+        policy = AutoModelForCausalLM.from_config(
+            config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
+        )
+        if spec.model.gradient_checkpointing:
+            enable_activation_checkpointing(policy)
+        reference = None
+        if spec.model.lora is not None:
+            policy = wrap_policy(policy, spec.model.lora)
+            reference = AdapterDisabledView(policy) if spec.uses_reference else None
+        elif spec.uses_reference:
+            reference = AutoModelForCausalLM.from_config(
+                config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
+            )
+            reference.eval().requires_grad_(False)
+        kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
+        learner = Learner(spec, policy, reference, spec.loss.build(), kl)
+        if device == "cuda":
+            for group in learner.optimizer.param_groups:
+                group["foreach"] = True
+        metrics: dict[str, float] = {}
+        with _full_logits(policy) if full_logits else nullcontext():
+            for _ in range(steps):
+                metrics = learner.train_step(seqs)
+        return SimulatedStep(
+            peak=fake.counter.peak, steady=fake.counter.live, micro_batches=metrics.get("perf/micro_batches", 0.0),
+            seconds=time.perf_counter() - start,
+        )
+
+
+def rollout_sequences(rollout: RolloutShape, vocab_size: int, seed: int = 0) -> list[SequenceToPack]:
+    """A rollout batch of the planned shape: ``prompts`` groups of ``samples`` sequences, each with
+    the group's prompt of ``prompt_tokens`` and ``response_tokens`` completion tokens (the
+    longest the config allows: what memory must be planned for)."""
+    rng = random.Random(seed)
+    out = []
+    for p in range(rollout.prompts):
+        prompt = [rng.randrange(1, vocab_size) for _ in range(rollout.prompt_tokens)]
+        for s in range(rollout.samples):
+            completion = [rng.randrange(1, vocab_size) for _ in range(rollout.response_tokens)]
+            out.append(SequenceToPack(prompt, completion, rng.gauss(0.0, 1.0), [-1.0] * len(completion),
+                                      seq_id=p * rollout.samples + s))
+    return out
+
+
+@contextmanager
+def _full_logits(model: Any) -> Iterator[None]:
+    """While open, ``model`` takes the path of a model that post-processes its logits: real
+    ``[tokens, V]`` logits, log-softmax over chunks of positions."""
+    kind = type(attention.hf_model(model))
+    added = kind not in logprobs._LOGITS_CHANGED
+    logprobs._LOGITS_CHANGED.add(kind)
+    try:
+        yield
+    finally:
+        if added:
+            logprobs._LOGITS_CHANGED.discard(kind)
+
+
+@contextmanager
+def cuda_kernels(on: bool) -> Iterator[None]:
+    """While open (``on``): the fused varlen attention kernel is the stand-in below, wherever the
+    real one would run (half precision; torch's ``varlen_attn`` or flash-attn available)."""
+    if not on:
+        yield
+        return
+    real = attention.fused_varlen_kernel
+
+    def kernel(q: torch.Tensor, dropout: float = 0.0) -> attention.VarlenKernel | None:
+        if q.dtype not in (torch.float16, torch.bfloat16) or not _cuda_varlen_available(dropout):
+            return None
+        return _simulated_varlen
+
+    attention.fused_varlen_kernel = kernel
+    try:
+        yield
+    finally:
+        attention.fused_varlen_kernel = real
+
+
+def _cuda_varlen_available(dropout: float) -> bool:
+    try:
+        import flash_attn  # noqa: F401
+        return True
+    except ImportError:
+        return dropout == 0.0 and attention._torch_varlen() is not None
+
+
+class _VarlenStandIn(torch.autograd.Function):
+    """The memory of a fused varlen attention kernel: ``out`` like ``q``, a float32 log-sum-exp
+    ``[H, T]`` kept for the backward with ``q, k, v, out``; the backward's ``dq, dk, dv`` and its
+    float32 ``dq`` accumulator."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):  # type: ignore[override]
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        q, k, v, _out, _lse = ctx.saved_tensors
+        accumulator = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        del accumulator
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _simulated_varlen(q, k, v, cu, max_len, scale, dropout):  # noqa: ANN001 -- the VarlenKernel signature
+    return _VarlenStandIn.apply(q, k, v)

@@ -1,0 +1,122 @@
+"""``learner.max_tokens_per_forward = "auto"``: the token budget chosen where the learner runs.
+
+The run's driver makes the memory plan (:mod:`.run_plan`) and hands each learner process a
+:class:`BudgetPlan`: what the process will hold besides a micro-batch, and what a micro-batch
+costs per token. Once the policy is loaded, the learner reads how much memory its device has
+(:func:`device_memory`: CUDA's free memory plus what this process already holds, after the
+engines are placed; on the CPU the memory available plus this process's resident set) and takes
+the most tokens that fit the plan's headroom (:func:`choose_budgets`).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from grpo_run.core.memory.plan import BUDGET_STEP, HEADROOM, ActivationCost, gib
+
+AUTO = "auto"
+
+
+@attrs.frozen
+class BudgetPlan:
+    """A learner process's share of the memory plan, for choosing its budgets."""
+
+    resident: float
+    """Bytes held all along besides a micro-batch: weights, optimizer state, reference policy,
+    in-process engine, rollout batch (on the CPU not counting the interpreter: it is measured)."""
+    loaded: float
+    """Of ``resident``, what is loaded when the budget is chosen (the policy and reference weights)."""
+    gradients: float
+    """Bytes of gradients held during a training micro-batch."""
+    train: ActivationCost
+    no_grad: ActivationCost
+    longest_sequence: int
+    """A micro-batch holds at least one sequence: a budget below this is no smaller in practice."""
+    whole_mini_batch: int
+    """Tokens of one rank's share of the largest mini-batch."""
+    other_peak: float = 0.0
+    """The largest other phase: the optimizer step, an in-process engine's generation."""
+    limit: float | None = None
+    """``learner.max_memory_gib`` in bytes: the most the plan may fill (``None``: the device's share)."""
+
+    def peak(self, resident: float, train_tokens: int, logprob_tokens: int) -> float:
+        """The plan's peak with micro-batches of ``train_tokens`` and no-grad passes of
+        ``logprob_tokens`` (0: none) beside ``resident`` bytes."""
+        passes = self.no_grad.at(logprob_tokens) if logprob_tokens else 0.0
+        return resident + max(self.gradients + self.train.at(train_tokens), passes, self.other_peak)
+
+
+@attrs.frozen
+class Budgets:
+    """The budgets chosen, and the line that says why."""
+
+    train: int
+    logprob: int
+    line: str
+    resident: float
+    """What the plan held besides micro-batches when choosing (on the CPU: measured)."""
+
+
+def peak_bytes(device: str) -> float:
+    """The most this process has held: CUDA memory allocated by torch, or the resident set on the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return float(torch.cuda.max_memory_allocated(torch.device(device)))
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def device_memory(device: str) -> tuple[float, float, float]:
+    """``(usable now by this process, total, already held by this process)`` in bytes."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = torch.device(device).index or 0
+        free, total = torch.cuda.mem_get_info(index)
+        held = float(torch.cuda.memory_reserved(index))
+        return free + held, float(total), held
+    import psutil
+
+    held = float(psutil.Process().memory_info().rss)
+    return psutil.virtual_memory().available + held, float(psutil.virtual_memory().total), held
+
+
+def choose_budgets(plan: BudgetPlan, device: str, train: int | str, logprob: int | str) -> Budgets:
+    """The budgets for ``train`` / ``logprob`` settings (a number is kept; ``"auto"`` is chosen),
+    and the plan's peak with them."""
+    capacity, total, held = device_memory(device)
+    if device.startswith("cuda"):
+        usable = capacity - (1 - HEADROOM["cuda"]) * total
+        where = f"{gib(capacity)} free on {device}"
+        resident = plan.resident
+    else:
+        usable = HEADROOM["cpu"] * capacity
+        where = f"half of {gib(capacity)} available"
+        resident = plan.resident - plan.loaded + held  # what the process holds is measured
+    if plan.limit is not None and plan.limit < usable:
+        usable, where = plan.limit, "learner.max_memory_gib"
+    room = usable - resident
+    fits = plan.train.largest_tokens(room - plan.gradients)
+    chosen = _fit(fits, plan) if train == AUTO else int(train)
+    chosen_lp = _fit(plan.no_grad.largest_tokens(room), plan) if logprob == AUTO else int(logprob)
+    whole = plan.whole_mini_batch
+    peak = plan.peak(resident, min(chosen or whole, whole), min(chosen_lp or whole, whole))
+    if train != AUTO:
+        text = f"token budget {chosen:,} tokens per forward (set)"
+    elif chosen >= plan.whole_mini_batch:
+        text = f"token budget {chosen:,} tokens per forward: a whole mini-batch ({plan.whole_mini_batch:,} tokens) fits"
+    else:
+        text = f"token budget {chosen:,} tokens per forward"
+    line = f"{text}: about {gib(peak)} at the peak, of {gib(usable)} usable ({where})"
+    if train == AUTO and fits < plan.longest_sequence:
+        line += (f"; not even one sequence of {plan.longest_sequence} tokens fits the plan, so a forward holds one "
+                 "and may run out of memory (see grpo-run plan)")
+    return Budgets(chosen, chosen_lp, line, resident)
+
+
+def _fit(tokens: int, plan: BudgetPlan) -> int:
+    """At least one sequence per forward, at most a whole mini-batch; a multiple of :data:`BUDGET_STEP`."""
+    tokens = max(min(tokens, plan.whole_mini_batch), plan.longest_sequence)
+    return tokens - tokens % BUDGET_STEP if tokens >= 2 * BUDGET_STEP else tokens

@@ -1,0 +1,126 @@
+"""Run torch code on fake tensors and count the memory its tensors would hold.
+
+A :class:`FakeDevice` is a dispatch mode that runs every operation touching a floating-point
+tensor on torch's fake tensors (``FakeTensorMode``: shapes, dtypes and storages, no data, no
+allocation), and counts the bytes of every storage they create until it is freed. Weights,
+gradients, optimizer state and activations are all floating point, so they are all simulated
+and counted. Integer and boolean tensors -- token ids, masks, index and layout bookkeeping, a
+few bytes per token -- stay real, so code that reads them (``nonzero``, ``.tolist()``, sizes
+computed from them) runs unchanged; they are not counted.
+
+Reading a simulated value (``.item()``, ``float(t)``) gives a stand-in (1, 1.0 or False): no
+allocation of the step depends on one, only metrics. Writing simulated values into a real
+tensor is an error (:class:`SimulationError`) rather than a silent wrong count.
+
+Each storage is counted as the CUDA caching allocator would hand it out: rounded up to 512
+bytes. What the count cannot see: the allocator's cached reserve and fragmentation, the CUDA
+context, NCCL buffers and the workspaces kernels allocate outside torch.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+ROUNDING = 512
+"""Bytes: the CUDA caching allocator's smallest block and rounding."""
+
+_aten = torch.ops.aten
+_FLOAT_FACTORIES = {
+    _aten.empty.memory_format, _aten.empty_strided.default, _aten.zeros.default, _aten.ones.default,
+    _aten.full.default, _aten.rand.default, _aten.randn.default, _aten.empty_like.default,
+}
+"""Factories whose dtype defaults to the floating-point default when none is given."""
+
+
+class SimulationError(RuntimeError):
+    """The simulated code did something a fake-tensor run cannot stand in for."""
+
+
+class StorageCounter:
+    """Live and peak bytes of the storages handed to it, each counted once until it is freed."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.peak = 0
+        self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def add(self, value: Any) -> None:
+        for t in tree_leaves(value):
+            if not isinstance(t, FakeTensor):
+                continue
+            storage = t.untyped_storage()
+            if storage in self._seen:
+                continue
+            size = -(-storage.nbytes() // ROUNDING) * ROUNDING
+            self._seen[storage] = weakref.ref(storage, lambda _ref, size=size: self._free(size))
+            self.live += size
+            self.peak = max(self.peak, self.live)
+
+    def _free(self, size: int) -> None:
+        self.live -= size
+
+    def reset_peak(self) -> None:
+        """Start a new peak from what is live now."""
+        self.peak = self.live
+
+
+class FakeDevice(TorchDispatchMode):
+    """While entered: floating-point tensors are simulated and counted (see the module docstring).
+
+    >>> with FakeDevice() as device:
+    ...     x = torch.zeros(1024, 1024)
+    >>> device.counter.peak
+    4194304
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.counter = StorageCounter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        simulated = any(isinstance(t, FakeTensor) for t in tensors)
+        if simulated and func is _aten._local_scalar_dense.default:
+            return _stand_in(args[0].dtype)
+        if not tensors:
+            simulated = _floating_factory(func, kwargs)
+        if not simulated:
+            return func(*args, **kwargs)
+        _refuse_real_writes(func, args)
+        with self.fake_mode:
+            out = func(*args, **kwargs)
+        self.counter.add(out)
+        return out
+
+
+def _floating_factory(func: Any, kwargs: dict) -> bool:
+    dtype = kwargs.get("dtype")
+    if dtype is None:
+        return func in _FLOAT_FACTORIES
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _stand_in(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return False
+    return 1.0 if dtype.is_floating_point else 1
+
+
+def _refuse_real_writes(func: Any, args: tuple) -> None:
+    schema = func._schema
+    if not schema.is_mutable:
+        return
+    for argument, value in zip(schema.arguments, args):
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        if written and isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+            raise SimulationError(f"{func} writes simulated values into a real {value.dtype} tensor of shape "
+                                  f"{tuple(value.shape)}: create it as a floating-point tensor inside the simulation")
