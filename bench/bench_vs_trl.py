@@ -160,6 +160,8 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: in
         "generated": [r["perf/generation_tokens_per_s"] * r["perf/generation_s"] for r in timed],
         "weights": weights,
         "peak_gib": _peak_gib(),
+        # The memory plan's peak of the trainer process at each step's own batch (grpo-run plan).
+        "planned_gib": max((r.get("memory/planned_gib", 0.0) for r in rows), default=0.0),
     }
 
 
@@ -281,8 +283,8 @@ def main_cuda(args: argparse.Namespace) -> int:
         print(f"\nSmolLM2-{size} shape (random init), {args.shape or CUDA_SHAPE} (prompts, samples, new tokens), "
               f"bf16 autocast, checkpointing {args.checkpointing}, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
               f"{args.pairs} run(s) per side, {args.steps - args.warmup} timed steps each (medians)")
-        print("| run | s/step | generation s | learner s | learner TFLOP/s | peak GiB |")
-        print("|---|---|---|---|---|---|")
+        print("| run | s/step | generation s | learner s | learner TFLOP/s | peak GiB | planned GiB |")
+        print("|---|---|---|---|---|---|---|")
         for label, _ in sides:
             rows = runs[label]
             step = med(med(r["step_s"]) for r in rows)
@@ -290,7 +292,9 @@ def main_cuda(args: argparse.Namespace) -> int:
             learner = med(med(r["learner_s"]) for r in rows)
             tflops = med(6 * r["weights"] * med(r["tokens"]) / med(r["learner_s"]) / 1e12 for r in rows)
             peak = max(r["peak_gib"] for r in rows)
-            print(f"| {label} | {step:.2f} | {gen:.2f} | {learner:.2f} | {tflops:.0f} | {peak:.1f} |")
+            planned = max(r.get("planned_gib", 0.0) for r in rows)
+            print(f"| {label} | {step:.2f} | {gen:.2f} | {learner:.2f} | {tflops:.0f} | {peak:.1f} | "
+                  f"{f'{planned:.1f}' if planned else '-'} |")
         if not has_trl:
             print("(TRL is not installed here: its side is left out)")
     return 0

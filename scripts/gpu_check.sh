@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # On a single-GPU machine without network whose image has CUDA torch (2.11 seen) and transformers,
 # but no vLLM, DeepSpeed or flash-attn: install grpo-run from the wheels brought along
-# (scripts/gpu_wheels.sh, run beforehand where there is network), then
-#   1. pytest -m gpu     (tests needing vLLM / DeepSpeed / flash-attn skip, with the reason),
-#   2. train the embedded example (examples/arithmetic.toml) on CUDA,
-#   3. python bench/bench_vs_trl.py --preset cuda (learner memory and speed beside TRL's).
-# Each stage has a time limit (about 7.5 minutes in all); the output is what docs/gpu.md quotes.
+# (scripts/gpu_wheels.sh, run beforehand where there is network), then, scarcest figures first:
+#   1. python bench/bench_vs_trl.py --preset cuda: learner memory and speed beside TRL's, each
+#      run's peak (torch.cuda.max_memory_allocated) beside its memory plan (grpo-run plan),
+#   2. pytest -m gpu     (tests needing vLLM / DeepSpeed / flash-attn skip, with the reason),
+#   3. train the embedded example (examples/arithmetic.toml) on CUDA.
+# Each stage has a time limit: 240 + 150 + 90 s, about 8 minutes with the install, so one call of
+# at most 9 minutes holds them all. The output is what docs/gpu.md quotes.
 #
 #   scripts/gpu_check.sh [WHEELS_DIR]      # `make gpu-check`; exit 1 when a stage fails
 # GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (a rehearsal of the script, not a GPU check).
-# On a lent device machine: carry wheels/ with the working tree and run, from the repository root,
-#   set -o pipefail; scripts/gpu_check.sh wheels 2>&1 | tee "$OUT/gpu_check.log"     (timeout 540 s)
+# From the repository root, keeping the whole log:
+#   set -o pipefail; scripts/gpu_check.sh wheels 2>&1 | tee gpu_check.log
 set -uo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-wheels}
@@ -43,14 +45,19 @@ done
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -c "import grpo_run, torch; print('grpo-run', grpo_run.__version__, 'from', grpo_run.__file__)"
 
+stage "bench/bench_vs_trl.py --preset cuda (SmolLM2-360M and -1.7B shapes, 16 x 8 x 256, beside TRL where installed)"
+# One run per side and size, one timed step after a warm-up one: about 30-40 s per run.
+timeout 240 "$python" bench/bench_vs_trl.py --preset cuda --pairs 1 --steps 2 --warmup 1 \
+  --tokenizer "$wheels/smollm2-tokenizer" || failed+=("CUDA bench")
+
 stage "pytest -m gpu"
 mapfile -t gpu_files < <(grep -rlE "mark\.gpu" tests --include='test_*.py' | sort)
-timeout 240 "$python" -m pytest -q -rs -m gpu -p no:cacheprovider "${gpu_files[@]}" || failed+=("pytest -m gpu")
+timeout 150 "$python" -m pytest -q -rs -m gpu -p no:cacheprovider "${gpu_files[@]}" || failed+=("pytest -m gpu")
 
 stage "train examples/arithmetic.toml on $device"
 run_dir=$(mktemp -d)/arithmetic
-timeout 150 "$python" -m grpo_run examples/arithmetic.toml --output-dir "$run_dir" \
-  --set model.device="$device" --set train.max_runtime_s=120 || failed+=("training")
+timeout 90 "$python" -m grpo_run examples/arithmetic.toml --output-dir "$run_dir" \
+  --set model.device="$device" --set train.max_runtime_s=70 || failed+=("training")
 "$python" - "$run_dir/metrics.jsonl" <<'PY' || failed+=("training metrics")
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -61,11 +68,6 @@ print("last step:", {k: round(v, 4) if isinstance(v, float) else v for k, v in l
 if len(evals) < 2 or evals[-1][1] <= evals[0][1]:
     sys.exit("error: eval accuracy did not rise")
 PY
-
-stage "bench/bench_vs_trl.py --preset cuda (SmolLM2-360M and -1.7B shapes, 16 x 8 x 256, beside TRL where installed)"
-# One run per side and size, one timed step after a warm-up one: about 30-40 s per run.
-timeout 270 "$python" bench/bench_vs_trl.py --preset cuda --pairs 1 --steps 2 --warmup 1 \
-  --tokenizer "$wheels/smollm2-tokenizer" || failed+=("CUDA bench")
 
 stage "done"
 if ((${#failed[@]})); then

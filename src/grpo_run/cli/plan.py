@@ -155,7 +155,8 @@ def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: d
             table.add_row(part.name, gib(part.bytes), Text(part.note))
         for name, parts in process.phases:
             inside = ", ".join(f"{p.name} {gib(p.bytes)}" + (f" ({p.note})" if p.note else "") for p in parts if p.bytes)
-            table.add_row(Text(f"{name} (one at a time)", style="italic"), "+" + gib(sum(p.bytes for p in parts)), Text(inside))
+            when = "beside the others" if name in process.adds_up else "one at a time"
+            table.add_row(Text(f"{name} ({when})", style="italic"), "+" + gib(sum(p.bytes for p in parts)), Text(inside))
         console.print(table)
     cost = inputs.costs
     console.print(Text(f"a training forward costs {gib(cost.train.at(4096) - cost.train.at(0))} per 4,096 tokens "

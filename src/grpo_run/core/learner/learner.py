@@ -174,7 +174,8 @@ class Learner:
             largest = max((p.batch.num_real_tokens for parts in micro for p in parts if p.rows), default=0)
             passes = recompute_old or self._use_kl
             lp_tokens = min(max(b.num_real_tokens for b in mini_batches), self.logprob_forward_tokens or 2**62)
-            planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0)
+            planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0,
+                                                 micro_batches=max(len(parts) for parts in micro))
             out["memory/planned_gib"] = planned / 2**30
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
         rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}

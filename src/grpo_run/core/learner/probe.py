@@ -22,6 +22,7 @@ larger counts. A few seconds on two cores, for any architecture transformers bui
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -37,7 +38,7 @@ from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.lora import wrap_policy
 from grpo_run.core.learner.micro import micro_batch_bins
-from grpo_run.core.learner.simulate import cuda_kernels, rollout_sequences
+from grpo_run.core.learner.simulate import cuda_kernels, full_logits_of, rollout_sequences
 from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
 from grpo_run.core.learner.strategies.sharding import rank_shares
 from grpo_run.core.memory.fake import FakeDevice
@@ -50,22 +51,25 @@ PROBE_LAYERS = 2
 
 
 def activation_costs(
-    spec: LearnerSpec, config: Any, rollout: RolloutShape, *, device: str, other: bool = True
+    spec: LearnerSpec, config: Any, rollout: RolloutShape, *, device: str, other: bool = True,
+    full_logits: bool = False,
 ) -> MicroBatchCosts:
     """The training and no-grad micro-batch costs of ``spec``'s learner for a model of ``config``,
     simulated for ``device`` (``"cuda"`` or ``"cpu"``), with the run's gradient checkpointing
-    setting and (``other``) with the other one too."""
+    setting and (``other``) with the other one too. ``full_logits``: as for a model that
+    post-processes its logits (real ``[tokens, V]`` logits instead of the chunked log-probs)."""
     layers = int(_text_config(config).num_hidden_layers)
     mine = spec.model.gradient_checkpointing
-    train, no_grad = _probe(spec, config, rollout, device, layers)
+    train, no_grad = _probe(spec, config, rollout, device, layers, full_logits)
     train_other = train
     if other:
         flipped = attrs.evolve(spec, model=attrs.evolve(spec.model, gradient_checkpointing=not mine))
-        train_other = _probe(flipped, config, rollout, device, layers)[0]
+        train_other = _probe(flipped, config, rollout, device, layers, full_logits)[0]
     return MicroBatchCosts(train=train, train_other=train_other, no_grad=no_grad)
 
 
-def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, layers: int) -> tuple[ActivationCost, ActivationCost]:
+def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, layers: int,
+           full_logits: bool = False) -> tuple[ActivationCost, ActivationCost]:
     """The costs measured at a micro-batch of one rank's whole share of a mini-batch and one of
     half of it: exact there, and an upper bound elsewhere (the output layer's chunks stop growing
     with the tokens once full, which makes the cost concave)."""
@@ -75,7 +79,7 @@ def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, l
         shapes.insert(0, attrs.evolve(shapes[0], prompts=groups // 2))
     elif rollout.samples > 1:
         shapes.insert(0, attrs.evolve(shapes[0], samples=rollout.samples // 2))
-    probed = [_measure(spec, _cut(config, PROBE_LAYERS), shape, device) for shape in shapes]
+    probed = [_measure(spec, _cut(config, PROBE_LAYERS), shape, device, full_logits) for shape in shapes]
     tokens = [shape.tokens for shape in shapes]
     if len(probed) == 1:  # one sequence: a line through the origin
         probed, tokens = [_Probed(0, 0, 0, 0), *probed], [0, *tokens]
@@ -111,7 +115,7 @@ class _Probed:
     """Peak of a no-grad log-prob pass above the weights and gradients."""
 
 
-def _measure(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str) -> _Probed:
+def _measure(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, full_logits: bool = False) -> _Probed:
     """One training micro-batch and one no-grad log-prob pass over one packed batch of ``rollout``."""
     from transformers import AutoModelForCausalLM
 
@@ -126,7 +130,7 @@ def _measure(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str)
         )
         if spec.model.gradient_checkpointing:
             enable_activation_checkpointing(policy)
-        with _watch_layers(policy, fake) as seen:
+        with full_logits_of(policy) if full_logits else contextlib.nullcontext(), _watch_layers(policy, fake) as seen:
             if spec.model.lora is not None:
                 policy = wrap_policy(policy, spec.model.lora)
             learner = Learner(spec, policy, None, spec.loss.build(), None)
@@ -212,18 +216,18 @@ def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def micro_tokens(rollout: RolloutShape, num_mini_batches: int, world_size: int) -> Callable[[int], int]:
-    """Tokens of the largest micro-batch of rank 0's share of the first mini-batch of ``rollout``
-    under a budget (0: the whole share), as :func:`~grpo_run.core.learner.micro.micro_batch_bins`
+def micro_batches(rollout: RolloutShape, num_mini_batches: int, world_size: int) -> Callable[[int], tuple[int, ...]]:
+    """Tokens of each micro-batch of rank 0's share of the first mini-batch of ``rollout`` under
+    a budget (0: one, the whole share), as :func:`~grpo_run.core.learner.micro.micro_batch_bins`
     deals them."""
     seqs = rollout_sequences(rollout, vocab_size=2**15)
     share = rank_shares(seqs, num_mini_batches, rank=0, world_size=world_size)[0]
     whole = sum(len(s) for s in share)
 
     @functools.cache
-    def largest(budget: int) -> int:
+    def tokens(budget: int) -> tuple[int, ...]:
         if budget <= 0 or whole <= budget:
-            return whole
-        return max(sum(len(share[i]) for i in members) for members in micro_batch_bins(share, budget))
+            return (whole,)
+        return tuple(sum(len(share[i]) for i in members) for members in micro_batch_bins(share, budget))
 
-    return largest
+    return tokens

@@ -91,7 +91,7 @@ def simulate_step(
             for group in learner.optimizer.param_groups:
                 group["foreach"] = True
         metrics: dict[str, float] = {}
-        with _full_logits(policy) if full_logits else nullcontext():
+        with full_logits_of(policy) if full_logits else nullcontext():
             for _ in range(steps):
                 metrics = learner.train_step(seqs)
         return SimulatedStep(
@@ -116,7 +116,7 @@ def rollout_sequences(rollout: RolloutShape, vocab_size: int, seed: int = 0) -> 
 
 
 @contextmanager
-def _full_logits(model: Any) -> Iterator[None]:
+def full_logits_of(model: Any) -> Iterator[None]:
     """While open, ``model`` takes the path of a model that post-processes its logits: real
     ``[tokens, V]`` logits, log-softmax over chunks of positions."""
     kind = type(attention.hf_model(model))

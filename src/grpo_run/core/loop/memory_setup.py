@@ -10,11 +10,11 @@ import attrs
 
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
-from grpo_run.core.learner.probe import activation_costs, micro_tokens
+from grpo_run.core.learner.probe import activation_costs, micro_batches
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.memory.budget import AUTO, BudgetPlan
-from grpo_run.core.memory.plan import MicroBatchCosts, activation_bound, gib, usable_bytes
-from grpo_run.core.memory.run_plan import PlanInputs, RunPlan, plan_run, rollout_shape
+from grpo_run.core.memory.plan import LearnerLoad, MicroBatchCosts, activation_bound, gib, training_parts, usable_bytes
+from grpo_run.core.memory.run_plan import PlanInputs, RunPlan, learner_load, plan_run, rollout_shape
 from grpo_run.core.memory.shapes import ModelShape
 from grpo_run.core.plugins.registry import ComponentRegistry
 
@@ -42,7 +42,7 @@ def plan_inputs(cfg: RunConfig, spec: LearnerSpec, config: Any, *, device: str, 
         costs = activation_costs(spec, config, rollout, device=device, other=both_checkpointing)
     return PlanInputs(
         shape=ModelShape.from_config(config), costs=costs, device=device, capacity=capacity,
-        micro_tokens=micro_tokens(rollout, cfg.algorithm.num_mini_batches, cfg.learner.num_learners),
+        micro_batches=micro_batches(rollout, cfg.algorithm.num_mini_batches, cfg.learner.num_learners),
         runtime_bytes=runtime_bytes, gpus=gpus,
     )
 
@@ -64,7 +64,7 @@ def with_budget_plan(cfg: RunConfig, registry: ComponentRegistry, spec: LearnerS
     rough = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime,
                         costs=MicroBatchCosts(bound, bound, bound))
     plan = plan_run(cfg, registry, rough)
-    whole = rough.micro_tokens(0)
+    whole = rough.micro_batches(0)[0]
     if plan.largest_budget >= whole and plan.largest_logprob_budget >= whole:
         if AUTO not in (spec.forward_tokens, spec.logprob_forward_tokens):
             return spec, None
@@ -75,21 +75,23 @@ def with_budget_plan(cfg: RunConfig, registry: ComponentRegistry, spec: LearnerS
         return attrs.evolve(spec, **budgets), line
     inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime,
                          both_checkpointing=False)
-    return attrs.evolve(spec, budget_plan=budget_plan(plan_run(cfg, registry, inputs), inputs.costs, whole, cfg.learner.max_memory_gib)), None
+    return attrs.evolve(spec, budget_plan=budget_plan(plan_run(cfg, registry, inputs), learner_load(cfg, inputs), whole,
+                                                  cfg.learner.max_memory_gib)), None
 
 
-def budget_plan(plan: RunPlan, costs: MicroBatchCosts, whole: int, limit: float | None = None) -> BudgetPlan:
+def budget_plan(plan: RunPlan, load: LearnerLoad, whole: int, limit: float | None = None) -> BudgetPlan:
     """Rank 0's share of ``plan`` (every rank holds the same)."""
     learner = plan.processes[0]
     resident = sum(p.bytes for p in learner.resident if p.name != "runtime")
     loaded = sum(p.bytes for p in learner.resident if p.name in LOADED_PARTS)
-    phases = dict(learner.phases)
-    gradients = sum(p.bytes for p in phases["training micro-batch"] if p.name != "activations")
+    gradients = sum(p.bytes for p in training_parts(load, (1, 1))[:-1])
+    first = sum(p.bytes for p in training_parts(load, (1,))[:-1])
     other = max((sum(p.bytes for p in parts) for name, parts in learner.phases
-                 if name not in ("training micro-batch", "log-prob pass")), default=0.0)
-    return BudgetPlan(resident=resident, loaded=loaded, gradients=gradients, train=costs.train,
-                      no_grad=costs.no_grad, longest_sequence=plan.longest_sequence, whole_mini_batch=whole,
-                      other_peak=other,
+                 if name not in ("training micro-batch", "log-prob pass", *learner.adds_up)), default=0.0)
+    resident += sum(learner.phase_bytes(name) for name in learner.adds_up)
+    return BudgetPlan(resident=resident, loaded=loaded, gradients=gradients, train=load.costs.train,
+                      no_grad=load.costs.no_grad, longest_sequence=plan.longest_sequence, whole_mini_batch=whole,
+                      other_peak=other, first_gradients=first,
                       limit=limit * 2**30 if limit is not None else None)
 
 

@@ -27,23 +27,26 @@ class BudgetPlan:
     loaded: float
     """Of ``resident``, what is loaded when the budget is chosen (the policy and reference weights)."""
     gradients: float
-    """Bytes of gradients held during a training micro-batch."""
+    """Bytes of gradients held during a training micro-batch after a mini-batch's first."""
     train: ActivationCost
     no_grad: ActivationCost
     longest_sequence: int
     """A micro-batch holds at least one sequence: a budget below this is no smaller in practice."""
     whole_mini_batch: int
     """Tokens of one rank's share of the largest mini-batch."""
+    first_gradients: float = 0.0
+    """Bytes of gradients held at the peak of a mini-batch's first micro-batch (the output layer's)."""
     other_peak: float = 0.0
     """The largest other phase: the optimizer step, an in-process engine's generation."""
     limit: float | None = None
     """``learner.max_memory_gib`` in bytes: the most the plan may fill (``None``: the device's share)."""
 
-    def peak(self, resident: float, train_tokens: int, logprob_tokens: int) -> float:
-        """The plan's peak with micro-batches of ``train_tokens`` and no-grad passes of
-        ``logprob_tokens`` (0: none) beside ``resident`` bytes."""
+    def peak(self, resident: float, train_tokens: int, logprob_tokens: int, micro_batches: int = 2) -> float:
+        """The plan's peak with micro-batches of ``train_tokens`` (``micro_batches`` per
+        mini-batch) and no-grad passes of ``logprob_tokens`` (0: none) beside ``resident`` bytes."""
+        grads = self.gradients if micro_batches > 1 else self.first_gradients
         passes = self.no_grad.at(logprob_tokens) if logprob_tokens else 0.0
-        return resident + max(self.gradients + self.train.at(train_tokens), passes, self.other_peak)
+        return resident + max(grads + self.train.at(train_tokens), passes, self.other_peak)
 
 
 @attrs.frozen
@@ -99,10 +102,13 @@ def choose_budgets(plan: BudgetPlan, device: str, train: int | str, logprob: int
         usable, where = plan.limit, "learner.max_memory_gib"
     room = usable - resident
     fits = plan.train.largest_tokens(room - plan.gradients)
+    if plan.train.at(plan.whole_mini_batch) + plan.first_gradients <= room:
+        fits = max(fits, plan.whole_mini_batch)  # one forward: only the output layer's gradient at its peak
     chosen = _fit(fits, plan) if train == AUTO else int(train)
     chosen_lp = _fit(plan.no_grad.largest_tokens(room), plan) if logprob == AUTO else int(logprob)
     whole = plan.whole_mini_batch
-    peak = plan.peak(resident, min(chosen or whole, whole), min(chosen_lp or whole, whole))
+    peak = plan.peak(resident, min(chosen or whole, whole), min(chosen_lp or whole, whole),
+                     micro_batches=1 if not chosen or chosen >= whole else 2)
     if train != AUTO:
         text = f"token budget {chosen:,} tokens per forward (set)"
     elif chosen >= plan.whole_mini_batch:

@@ -93,6 +93,10 @@ class ProcessPlan:
     device: str
     resident: tuple[Part, ...]
     phases: tuple[tuple[str, tuple[Part, ...]], ...] = ()
+    adds_up: tuple[str, ...] = ()
+    """Phases whose memory adds to the others' instead of taking turns with them: on the CPU the
+    allocator keeps what a thread freed for that thread, so generation (in its own thread) and
+    the learner each keep their own peak."""
 
     @property
     def resident_bytes(self) -> float:
@@ -103,14 +107,16 @@ class ProcessPlan:
 
     @property
     def peak_phase(self) -> str | None:
-        if not self.phases:
+        turns = [phase for phase in self.phases if phase[0] not in self.adds_up]
+        if not turns:
             return None
-        return max(self.phases, key=lambda phase: sum(p.bytes for p in phase[1]))[0]
+        return max(turns, key=lambda phase: sum(p.bytes for p in phase[1]))[0]
 
     @property
     def peak(self) -> float:
         phase = self.peak_phase
-        return self.resident_bytes + (self.phase_bytes(phase) if phase else 0.0)
+        added = sum(self.phase_bytes(name) for name, _ in self.phases if name in self.adds_up)
+        return self.resident_bytes + (self.phase_bytes(phase) if phase else 0.0) + added
 
 
 @attrs.frozen
@@ -132,8 +138,10 @@ class LearnerLoad:
     costs: MicroBatchCosts
     tokens_per_rank: int
     """Tokens of the largest rollout batch this rank trains on (every sequence whole)."""
-    micro_tokens: Callable[[int], int]
-    """Tokens of the largest micro-batch under a budget (0: the whole mini-batch)."""
+    micro_batches: Callable[[int], tuple[int, ...]]
+    """Tokens of each micro-batch of a mini-batch under a budget (0: one, the whole mini-batch)."""
+    head_params: int = 0
+    """Parameters of the output layer: the first gradient a backward makes, while the most is held."""
     logprob_passes: int = 0
     """No-grad passes per step: old log-probs (several updates per step), reference log-probs."""
     world_size: int = 1
@@ -173,22 +181,36 @@ def learner_process(load: LearnerLoad, budget: int, logprob_budget: int, name: s
                          f"{load.tokens_per_rank:,} tokens"))
     resident += extra
     gradient_parts = _gradient_parts(load)
-    micro = load.micro_tokens(budget)
     phases: list[tuple[str, tuple[Part, ...]]] = [
-        ("training micro-batch", (*gradient_parts, Part("activations", load.costs.train.at(micro),
-                                                         f"{micro:,} tokens per forward"))),
+        ("training micro-batch", training_parts(load, load.micro_batches(budget))),
         ("optimizer step", (*gradient_parts, Part("step temporaries", (load.trainable * load.trainable_bytes
                                                                         / (world if load.shard != "none" else 1))
                                                    if load.foreach and not load.offload_optimizer else 0.0,
                                                    "multi-tensor AdamW" if load.foreach else ""))),
     ]
     if load.logprob_passes:
-        lp_micro = load.micro_tokens(logprob_budget)
+        lp_micro = max(load.micro_batches(logprob_budget))
         phases.append(("log-prob pass", (Part("activations (no grad)", load.costs.no_grad.at(lp_micro),
                                               f"{lp_micro:,} tokens per forward"),)))
     if extra_transient:
         phases.append(("generation", tuple(extra_transient)))
-    return ProcessPlan(name, load.device, tuple(resident), tuple(phases))
+    return ProcessPlan(name, load.device, tuple(resident), tuple(phases),
+                       adds_up=("generation",) if load.device == "cpu" else ())
+
+
+def training_parts(load: LearnerLoad, micro: Sequence[int]) -> tuple[Part, ...]:
+    """The gradients and activations of a mini-batch's largest training moment. Each mini-batch
+    starts without gradients: its first micro-batch holds only the output layer's at its peak (the
+    first the backward makes); every later one holds all of them beside its activations."""
+    first = Part("gradients", load.head_params * load.trainable_bytes, "the output layer's, made first")
+    candidates = [(first, micro[0])] + [(None, tokens) for tokens in micro[1:]]
+    best: tuple[Part, ...] = ()
+    for grads, tokens in candidates:
+        held = [grads] if grads is not None else _gradient_parts(load)
+        parts = (*held, Part("activations", load.costs.train.at(tokens), f"{tokens:,} tokens per forward"))
+        if not best or sum(p.bytes for p in parts) > sum(p.bytes for p in best):
+            best = parts
+    return best
 
 
 def _gradient_parts(load: LearnerLoad) -> list[Part]:
@@ -205,8 +227,12 @@ def largest_budget(load: LearnerLoad, usable: float, extra: float = 0.0) -> int:
     """The largest training budget (tokens per forward) whose micro-batch fits ``usable`` bytes
     beside the learner's resident parts and ``extra`` resident bytes (0: not even one token)."""
     grads = sum(p.bytes for p in _gradient_parts(load))
-    room = usable - learner_process(load, 0, 0).resident_bytes - extra - grads
-    return _round_down(load.costs.train.largest_tokens(room))
+    room = usable - learner_process(load, 0, 0).resident_bytes - extra
+    most = _round_down(load.costs.train.largest_tokens(room - grads))
+    whole = load.micro_batches(0)[0]
+    if load.costs.train.at(whole) + load.head_params * load.trainable_bytes <= room:
+        most = max(most, whole)  # one forward: no gradient but the output layer's at its peak
+    return most
 
 
 def largest_logprob_budget(load: LearnerLoad, usable: float, extra: float = 0.0) -> int:

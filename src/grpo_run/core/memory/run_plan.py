@@ -89,8 +89,8 @@ class PlanInputs:
     """``"cuda"`` or ``"cpu"``: where the learner runs."""
     capacity: float
     """One device's memory (CUDA), or the RAM available (CPU)."""
-    micro_tokens: Callable[[int], int]
-    """The largest micro-batch's tokens under a budget, for one rank's share of a mini-batch."""
+    micro_batches: Callable[[int], tuple[int, ...]]
+    """The tokens of each micro-batch under a budget, of one rank's share of a mini-batch."""
     runtime_bytes: float = 0.0
     """The trainer process before any model (CPU)."""
     gpus: int = 1
@@ -119,7 +119,8 @@ def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:
     return LearnerLoad(
         params=shape.params, param_bytes=bytes_each, trainable=trainable, trainable_bytes=trainable_bytes,
         reference=uses_reference and model.lora is None, device=inputs.device, costs=costs,
-        tokens_per_rank=-(-rollout.tokens // world), micro_tokens=inputs.micro_tokens,
+        tokens_per_rank=-(-rollout.tokens // world), micro_batches=inputs.micro_batches,
+        head_params=shape.vocab * shape.hidden if model.lora is None else 0,
         logprob_passes=passes + int(uses_reference), world_size=world, shard=shard,
         ddp=learner.strategy == "ddp", offload_optimizer=learner.offload_optimizer,
         offload_params=learner.offload_params, foreach=inputs.device == "cuda",
@@ -193,7 +194,7 @@ def _plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> Ru
         usable = min(usable, limit)
     most = largest_budget(load, usable, beside)
     most_lp = largest_logprob_budget(load, usable, beside)
-    whole = inputs.micro_tokens(0)
+    whole = inputs.micro_batches(0)[0]
     budget, source = _budget(cfg.learner.max_tokens_per_forward, min(most, whole))
     lp_setting = cfg.learner.max_tokens_per_logprob_forward
     logprob_budget = (min(most_lp, whole) if lp_setting == "auto" or (lp_setting is None and source == "auto")

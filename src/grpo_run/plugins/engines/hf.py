@@ -70,15 +70,17 @@ class HFEngine:
 
     @classmethod
     def memory_parts(cls, config: HFEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
-        """Its copy of the weights in ``model.dtype``, and while generating the KV cache of one
-        ``generate`` call (``max_batch_size`` sequences at most) with its float32 logits."""
+        """Its copy of the weights in ``model.dtype``, and while generating one ``generate`` call
+        (``max_batch_size`` sequences at most): its KV cache, and the logits of every step, kept
+        until the call ends for the engine log-probs."""
         batch = min(config.max_batch_size, request.sequences)
         tokens = request.prompt_tokens + request.response_tokens
         kv = batch * tokens * request.layers * 2 * request.kv_dim * request.param_bytes
-        logits = batch * request.vocab * 4 * 2  # a step's logits and the sampling distribution
+        logits = batch * (request.response_tokens + 1) * request.vocab * 4
         return [
             MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy"),
-            MemoryPart("KV cache", kv + logits, f"{batch} sequences x {tokens} tokens", transient=True),
+            MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True),
+            MemoryPart("logits", logits, f"{batch} sequences x {request.response_tokens} steps, float32", transient=True),
         ]
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
