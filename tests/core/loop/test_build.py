@@ -25,16 +25,17 @@ def _spec(host, extra: str = ""):
     return learner_spec(cfg, host, "tiny-arithmetic", pad_token_id=0)
 
 
-def test_defaults_bound_every_forward_and_leave_checkpointing_off_on_the_cpu(host) -> None:
+def test_defaults_choose_the_budget_automatically_and_leave_checkpointing_off_on_the_cpu(host) -> None:
     spec = _spec(host)
     assert spec.model.device == "cpu"
     assert spec.model.gradient_checkpointing is False  # "auto" on a CPU
-    assert (spec.forward_tokens, spec.logprob_forward_tokens) == (16384, 32768)
+    assert (spec.forward_tokens, spec.logprob_forward_tokens) == ("auto", "auto")  # chosen where the learner runs
 
 
 def test_budgets_and_checkpointing_as_written(host) -> None:
     spec = _spec(host, "\n[learner]\nmax_tokens_per_forward = 4096\nmax_tokens_per_logprob_forward = 0\n")
     assert (spec.forward_tokens, spec.logprob_forward_tokens) == (4096, 0)
+    assert _spec(host, "\n[learner]\nmax_tokens_per_forward = 4096\n").logprob_forward_tokens == 8192  # twice
     data = tomllib.loads((EXAMPLES / "arithmetic.toml").read_text())
     data["model"]["gradient_checkpointing"] = True
     cfg = parse_config(data, host.registry, "arithmetic.toml")
