@@ -195,9 +195,10 @@ def _plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> Ru
     most = largest_budget(load, usable, beside)
     most_lp = largest_logprob_budget(load, usable, beside)
     whole = inputs.micro_batches(0)[0]
-    budget, source = _budget(cfg.learner.max_tokens_per_forward, min(most, whole))
+    longest = rollout_shape(cfg).prompt_tokens + rollout_shape(cfg).response_tokens
+    budget, source = _budget(cfg.learner.max_tokens_per_forward, min(max(most, longest), whole))
     lp_setting = cfg.learner.max_tokens_per_logprob_forward
-    logprob_budget = (min(most_lp, whole) if lp_setting == "auto" or (lp_setting is None and source == "auto")
+    logprob_budget = (min(max(most_lp, longest), whole) if lp_setting == "auto" or (lp_setting is None and source == "auto")
                       else lp_setting if lp_setting is not None else 2 * budget)
     processes: list[ProcessPlan] = []
     if single:
@@ -255,6 +256,7 @@ def advice(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, plan
     what = f"needs {gib(need)} on {device} where {gib(room)} is usable ({gib(plan.capacity[device])})"
     if plan.largest_budget >= plan.longest_sequence and plan.budget_source == "set" and plan.budget > plan.largest_budget:
         return f"{what}; set learner.max_tokens_per_forward = {plan.largest_budget} (or \"auto\")"
+
     tries: list[tuple[str, RunConfig]] = []
     model = cfg.model
     if not model.gradient_checkpointing or model.gradient_checkpointing == "auto" and inputs.device == "cpu":
@@ -266,17 +268,24 @@ def advice(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, plan
         from grpo_run.core.config.schema import LoraSection
 
         tries.append(("train LoRA adapters ([model.lora] r = 16)", attrs.evolve(cfg, model=attrs.evolve(model, lora=LoraSection()))))
+    if inputs.gpus > 1 and cfg.learner.num_learners == 1:
+        sharded = attrs.evolve(cfg.learner, num_learners=inputs.gpus, strategy="fsdp2")
+        tries.append((f'shard it over the {inputs.gpus} GPUs (learner.strategy = "fsdp2", learner.num_learners = '
+                      f'{inputs.gpus})', attrs.evolve(cfg, learner=sharded)))
     for text, variant in tries:
         flipped = bool(variant.model.gradient_checkpointing is True) != bool(
             model.gradient_checkpointing is True or (model.gradient_checkpointing == "auto" and inputs.device == "cuda"))
         alt = _variant_plan(variant, registry, inputs, flipped)
         if alt.fits:
             return f"{what}; {text}: peak {gib(alt.device_peak(device))} at {alt.budget:,} tokens per forward"
-    if inputs.device == "cuda":
-        return (f"{what}; it does not fit one device with any of gradient checkpointing, bfloat16 weights or LoRA: "
-                'shard it over several GPUs (learner.strategy = "fsdp2" or "deepspeed" with zero_stage = 3, '
-                "learner.num_learners = N) or lower the engine's share")
-    return f"{what}; it does not fit this machine with gradient checkpointing, bfloat16 weights or LoRA: use a smaller model or batch"
+    trainer = plan.processes[0]
+    parts = [*trainer.resident] + [Part(name, sum(p.bytes for p in ps)) for name, ps in trainer.phases]
+    largest = ", ".join(f"{p.name} {gib(p.bytes)}" for p in sorted(parts, key=lambda p: -p.bytes)[:3])
+    tried = "gradient checkpointing, bfloat16 weights, LoRA" + (" or sharding over the GPUs" if inputs.gpus > 1 else "")
+    where = ('shard it over more GPUs (--gpus N; learner.strategy = "fsdp2" or "deepspeed" with zero_stage = 3)'
+             if inputs.device == "cuda" else "use a smaller model or batch")
+    return (f"{what}; none of {tried} alone makes it fit (the largest parts: {largest}): {where}, "
+            "or generate fewer sequences at once (the engine's batch, or the vllm engine)")
 
 
 def _variant_plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, flipped: bool) -> RunPlan:
