@@ -146,7 +146,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
 
     placement = build_placement(cfg)
     try:
-        scorer = build_scorer(cfg, registry, placement.scoring_pool())
+        scorer = build_scorer(cfg, registry, placement.scoring_pool(), placement.own_worker_pool())
     except BaseException:
         placement.close()
         raise
@@ -310,13 +310,16 @@ def load_tokenizer(cfg: RunConfig, source: str) -> Any:
     return tokenizer
 
 
-def build_scorer(cfg: RunConfig, registry: ComponentRegistry, sync_pool: Callable[..., Any] | None = None) -> RewardScorer:
+def build_scorer(cfg: RunConfig, registry: ComponentRegistry, sync_pool: Callable[..., Any] | None = None,
+                 own_pool: Callable[..., Any] | None = None) -> RewardScorer:
     """The run's scorer: its enabled verifiers under the ``[scoring]`` settings (its sync verifiers
-    in ``sync_pool``, e.g. Ray scoring actors, when given)."""
+    in ``sync_pool``, e.g. Ray scoring actors, and those with a worker of their own in ``own_pool``,
+    when given)."""
     return RewardScorer.from_config(
         cfg.scoring,
         verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
         sync_pool=sync_pool,
+        own_pool=own_pool,
     )
 
 

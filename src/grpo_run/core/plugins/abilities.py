@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from grpo_run.core.plugins.episodes import Chat, EpisodeResult
-from grpo_run.core.plugins.types import Completion, SamplingParams, VerifierResult
+from grpo_run.core.plugins.types import Completion, ModelFootprint, SamplingParams, VerifierResult
 
 if TYPE_CHECKING:
     from grpo_run.core.config.formatting import ConfigIssue
@@ -42,6 +42,20 @@ class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class TakesRunDefaults(Protocol):
+    """A component ``Config`` with options whose default is a setting of the run (a reward model's
+    ``dtype = "auto"``: the run's ``model.dtype``).
+
+    ``with_run`` is called once the whole config is structured, before the rules
+    (:class:`ChecksRunConfig`) are checked, and returns the config to use instead (an
+    ``attrs.evolve`` of itself with those options filled in). The run's saved ``config.toml`` then
+    shows the values used. Outside a run (``grpo-run score``, ``grpo_run.score``) it is not called.
+    """
+
+    def with_run(self, run: RunConfig) -> Any: ...
 
 
 @runtime_checkable
@@ -148,7 +162,8 @@ class BatchVerifier(Protocol):
 
 @runtime_checkable
 class CapsBatchSize(Protocol):
-    """A :class:`BatchVerifier` whose batches must hold at most ``max_batch_size`` items."""
+    """A :class:`BatchVerifier` whose batches must hold at most ``max_batch_size`` items: a class
+    attribute, or a field of its ``Config`` when the size is an option (the config's wins)."""
 
     max_batch_size: ClassVar[int]
 
@@ -176,6 +191,66 @@ class ShapingConfig(Protocol):
     mode: Literal["additive", "gate"]
     gate_fail_reward: float
     all_rows: bool
+
+
+@runtime_checkable
+class ScoreRescaler(Protocol):
+    """What :meth:`RescalesScores.rescaler` returns: turns a verifier's raw scores into its scores,
+    in the training process, and keeps state across calls (running statistics).
+
+    ``rescale`` gets the raw scores of one scorer call (the applicable, successful calls of this
+    verifier, in row order) and returns one score per raw score, each inside the verifier's score
+    range (:class:`DeclaresScoreRange`); a score outside it, or a raise, fails those calls.
+    ``training`` is False for evaluations: the rescaler then must not change its state.
+    ``state_dict`` / ``load_state_dict`` as for :class:`Stateful`: saved in every checkpoint, so a
+    resumed run continues the statistics exactly.
+    """
+
+    def rescale(self, raw: Sequence[float], training: bool) -> list[float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class RescalesScores(Protocol):
+    """A verifier ``Config`` whose verifier returns raw scores (any finite number within
+    ``[-1e6, 1e6]``) that a stateful :class:`ScoreRescaler` turns into its scores.
+
+    The scorer builds one rescaler per run (``rescaler()``) in the training process, whichever
+    process or node the verifier itself runs in, so the state is one, its updates follow the
+    order of the rows, and checkpoints hold it. The score range is checked after rescaling.
+    """
+
+    def rescaler(self) -> ScoreRescaler: ...
+
+
+@runtime_checkable
+class OwnWorker(Protocol):
+    """A verifier ``Config`` whose verifier runs in a scoring worker of its own (it loads a model
+    once, and one copy is enough), not in each of the shared ``scoring.num_workers`` workers.
+
+    With ``distributed.backend = "ray"`` that worker lives in a Ray actor of its own, which asks
+    for ``worker_resources`` (``num_cpus``, ``num_gpus`` and custom resources, as
+    ``distributed.scoring_resources``). Batches of such a verifier are not split to spread over
+    workers. With ``scoring.num_workers = 0`` it runs in the training process like the others.
+    """
+
+    @property
+    def worker_resources(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class LoadsModel(Protocol):
+    """A component ``Config`` whose component loads a model of its own (a reward model): what it
+    will load, read without loading the weights, for planning memory.
+
+    ``model_footprint()`` may read files (a model's ``config.json``) and import torch; it loads
+    no weights and may raise :class:`~grpo_run.UserError` when the model cannot be found.
+    """
+
+    def model_footprint(self) -> ModelFootprint: ...
 
 
 @runtime_checkable

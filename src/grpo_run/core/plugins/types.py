@@ -131,6 +131,32 @@ class ShapingVerifierConfig(VerifierConfig):
     ``ground_truth`` as it is, ``None`` when it has none). False: only rows that name it."""
 
 
+@attrs.frozen
+class ModelFootprint:
+    """What a component's own model will hold in memory (:class:`~grpo_run.LoadsModel`), read from
+    its config without loading weights."""
+
+    model: str
+    """The model as configured (a hub id or a local directory)."""
+    parameters: int
+    """Number of parameters (every weight the model class holds, head included)."""
+    dtype: str
+    """The dtype its weights are loaded in (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
+    device: str
+    """Where it is loaded: ``"cpu"``, ``"cuda"``, ``"cuda:<i>"`` or ``"auto"`` (CUDA when the
+    process that loads it sees one, else the CPU)."""
+    bytes_per_parameter: int
+    """2 for bfloat16 and float16, 4 for float32."""
+    forward_shape: tuple[int, int] = (0, 0)
+    """``(sequences, tokens)`` of its largest forward (inference only, no gradients): the shape of
+    activations to count beside the weights; ``(0, 0)`` when unknown."""
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights alone (no activations, no caches)."""
+        return self.parameters * self.bytes_per_parameter
+
+
 FINISH_REASON_KEY = "finish_reason"
 """Row key under which the scorer passes a completion's finish reason (``"stop"``, ``"length"``)
 to verifiers, when the caller gives one (``RewardScorer.score(..., finish_reasons=...)``)."""

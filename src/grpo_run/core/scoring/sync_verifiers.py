@@ -92,6 +92,14 @@ class SyncVerifiers:
     def worker_pids(self) -> list[int]:
         return [pid for pid in (w.pid for w in self._workers) if pid is not None]
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Where these verifiers run (the run's ``pipeline.json``): one entry, or none without verifiers."""
+        if not self._specs:
+            return []
+        where = "worker processes" if self.num_workers else "training process"
+        return [{"verifiers": list(self._specs), "where": where, "pids": self.worker_pids if self.num_workers
+                 else [os.getpid()]}]
+
     def start(self) -> None:
         """Start every worker now (in parallel) and wait until all are ready."""
         ready = [Future() for _ in self._workers]
