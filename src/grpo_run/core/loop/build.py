@@ -152,8 +152,11 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         raise
     learner: LearnerGroup | None = None
     # Scoring workers start (separate processes) while the models load, not at the first score.
+    # Verifiers built in this process (scoring.num_workers = 0) wait until the models are loaded:
+    # transformers' loading (a reward model's too) is not safe in two threads at once.
+    apart = scorer.num_workers > 0
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scorer-start") as starter:
-        scorer_started = starter.submit(scorer.start)
+        scorer_started = starter.submit(scorer.start if apart else lambda: None)
         try:
             spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
             learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
@@ -167,6 +170,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
                 cfg.engine.num_engines,
             )
             scorer_started.result()  # re-raises a failed start
+            if not apart:
+                scorer.start()
         except BaseException:
             concurrent.futures.wait([scorer_started])
             scorer.close()
