@@ -1,6 +1,7 @@
 """The ``reward_model`` verifier's running standardisation across a checkpoint: the moments are in
-every checkpoint, count training completions only (evaluations use them without moving them), and
-a run resumed from step 2 scores steps 3 and 4 exactly as the uninterrupted run did."""
+every checkpoint, count training completions only (evaluations use them without moving them), a
+run resumed from step 2 scores steps 3 and 4 exactly as the uninterrupted run did, and
+``grpo-run eval`` of a checkpoint uses the moments it holds."""
 
 from __future__ import annotations
 
@@ -46,5 +47,10 @@ def test_the_running_standardisation_is_checkpointed_and_continues_exactly(tmp_p
     third = full_metrics[3]
     assert third["verifier/reward_model/errors"] == 0 and third["reward/std"] > 0
     assert -3.0 <= third["verifier/reward_model/mean_score"] <= 3.0
+    # grpo-run eval of a checkpoint standardises with the moments the checkpoint holds, as the run did.
+    out = tmp_path / "eval"
+    assert main(["eval", str(cfg), "--checkpoint", str(full / "checkpoints" / "step_4"), "--output-dir", str(out)]) == 0
+    evaluated = json.loads((out / "eval_metrics.json").read_text())
+    assert evaluated["eval/reward_mean"] == full_metrics[4]["eval/reward_mean"]
     # Texts longer than max_length lost their start, and the metrics count them.
     assert 0 < third["verifier/reward_model/truncated"] <= 1 and third["verifier/reward_model/truncated_tokens"] > 0
