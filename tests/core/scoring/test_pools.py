@@ -14,16 +14,17 @@ from grpo_run.core.scoring.scorer import RewardScorer
 ROWS = [{"id": f"r{i}", "verifier": ["raw-number", "pid"], "ground_truth": [None, None]} for i in range(10)]
 
 
-def run(config, num_workers: int):
+def run(config, num_workers: int, **options):
     """(where the verifiers ran, the scored batch)."""
     specs = {"raw-number": (RawNumber, config), "pid": (Pid, VerifierConfig())}
-    with RewardScorer(specs, num_workers=num_workers, chunk_size=1) as scorer:
+    with RewardScorer(specs, num_workers=num_workers, chunk_size=1, **options) as scorer:
         batch = asyncio.run(scorer.score(ROWS, [str(i) for i in range(10)]))
         return scorer.placement(), batch
 
 
 def test_a_verifier_with_its_own_worker_runs_apart_and_gets_its_batches_whole() -> None:
-    (own, shared), batch = run(OwnRawConfig(), num_workers=2)
+    # Recycling after every call is for the shared workers; the own worker keeps its model.
+    (own, shared), batch = run(OwnRawConfig(), num_workers=2, max_calls_per_worker=1)
     report = batch.stats.report()
     assert own["verifiers"] == ["raw-number"] and own["where"] == "worker processes of its own"
     assert shared["verifiers"] == ["pid"] and shared["where"] == "worker processes"

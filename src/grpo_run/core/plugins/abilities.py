@@ -234,7 +234,8 @@ class OwnWorker(Protocol):
     With ``distributed.backend = "ray"`` that worker lives in a Ray actor of its own, which asks
     for ``worker_resources`` (``num_cpus``, ``num_gpus`` and custom resources, as
     ``distributed.scoring_resources``). Batches of such a verifier are not split to spread over
-    workers. With ``scoring.num_workers = 0`` it runs in the training process like the others.
+    workers, and its worker is not recycled (``scoring.max_calls_per_worker``, ``max_worker_rss_mb``).
+    With ``scoring.num_workers = 0`` it runs in the training process like the others.
     """
 
     @property

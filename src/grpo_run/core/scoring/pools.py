@@ -38,11 +38,14 @@ def build_sync_pools(specs: VerifierSpecs, policies: Mapping[str, VerifierPolicy
     if not alone:
         return shared(specs, policies, num_workers, timeout_s, chunk_size, **kwargs)
     own = own if own is not None else local_own_pool
+    # Its worker holds a model on purpose: never recycled for its size or its calls (it would load
+    # the model again each time).
+    kept = {**kwargs, "max_calls_per_worker": 0, "max_worker_rss_mb": 0.0}
     pools: dict[str, Any] = {}
     for name, spec in alone.items():
         config = spec[1]
         resources = dict(config.worker_resources) if isinstance(config, OwnWorker) else {}
-        pools[name] = own({name: spec}, policies, 1, timeout_s, chunk_size, resources=resources, **kwargs)
+        pools[name] = own({name: spec}, policies, 1, timeout_s, chunk_size, resources=resources, **kept)
     rest = {n: spec for n, spec in specs.items() if n not in alone}
     pool = shared if rest else SyncVerifiers  # nothing left to share: an idle pool of no workers
     return RoutedPools(pools, pool(rest, policies, num_workers if rest else 0, timeout_s, chunk_size, **kwargs))
