@@ -23,8 +23,7 @@ def run(config, num_workers: int, **options):
 
 
 def test_a_verifier_with_its_own_worker_runs_apart_and_gets_its_batches_whole() -> None:
-    # Recycling after every call is for the shared workers; the own worker keeps its model.
-    (own, shared), batch = run(OwnRawConfig(), num_workers=2, max_calls_per_worker=1)
+    (own, shared), batch = run(OwnRawConfig(), num_workers=2)
     report = batch.stats.report()
     assert own["verifiers"] == ["raw-number"] and own["where"] == "worker processes of its own"
     assert shared["verifiers"] == ["pid"] and shared["where"] == "worker processes"
@@ -44,3 +43,9 @@ def test_the_config_caps_the_batch_size_and_num_workers_0_keeps_everything_here(
     placement, batch = run(OwnRawConfig(batch=3), num_workers=0)
     assert placement == [{"verifiers": ["raw-number", "pid"], "where": "training process", "pids": [os.getpid()]}]
     assert batch.stats.report()["verifier/raw-number/batch"] == (3 * 9 + 1) / 10  # batches of 3, 3, 3, 1
+
+
+def test_its_own_worker_is_not_recycled_with_the_shared_ones() -> None:
+    # Recycling after every call is for the shared workers; the own worker keeps its model.
+    (own, _shared), batch = run(OwnRawConfig(), num_workers=2, max_calls_per_worker=1)
+    assert len(own["pids"]) == 1 and batch.stats.report()["verifier/raw-number/pid"] == own["pids"][0]

@@ -111,7 +111,8 @@ def resolve_device(name: str) -> str:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(name.partition(":")[2] or 0)
         if index >= count:
-            raise ValueError(f"{KEY}.device = {name!r}: no such CUDA device ({count} visible to the scoring worker)")
+            hint = "; in a Ray actor, num_gpus gives it GPUs" if count == 0 else ""
+            raise ValueError(f"{KEY}.device = {name!r}: no such CUDA device ({count} visible to the scoring worker){hint}")
     return name
 
 
