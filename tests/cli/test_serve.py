@@ -126,6 +126,9 @@ def test_live_page_in_chromium_follows_a_running_training_job(tmp_path: Path) ->
             latest = browser.evaluate(
                 "Array.from(document.querySelectorAll('#latest tr')).slice(1).map(r => r.cells[0].textContent)")
             assert "reward/mean" in latest and "perf/generation_tokens_per_s" in latest
+            scoring = browser.evaluate("Array.from(document.querySelectorAll('#scoring tr')).slice(1)"
+                                       ".map(r => Array.from(r.cells).map(c => c.textContent))")
+            assert scoring == [[DIGIT_SHARE, "training process", f"pid {proc.pid}"]]  # scoring.num_workers = 0
             # The page keeps following the run: a later step reloads the curves.
             browser.wait_for(f"document.getElementById('plot-reward').src !== {json.dumps(rows_before)}", timeout_s=120)
             browser.screenshot(tmp_path / "live.png")
@@ -137,6 +140,7 @@ def test_live_page_in_chromium_follows_a_running_training_job(tmp_path: Path) ->
     assert f"grpo-run: live pipeline page on {url}" in err
     final = json.loads((out / "pipeline.json").read_text())
     assert final["status"] == "interrupted" and final["batches"] == []
+    assert final["scoring"] == [{"verifiers": [DIGIT_SHARE], "where": "training process", "pids": [proc.pid]}]
 
 
 def test_stopping_waits_for_a_plot_in_flight_but_not_for_a_silent_client(run: Path, monkeypatch) -> None:

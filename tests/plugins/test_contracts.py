@@ -87,12 +87,23 @@ def _verifier_kwargs(name: str, request: pytest.FixtureRequest) -> dict[str, Any
         gold = {"task": "chain_sum", "entry": entry}
         return {"cases": [("<answer>-4</answer>", gold, {}), ("<answer>4</answer>", gold, {})],
                 "expected": [1.0, 0.0], "timeout_s": 2.0}
+    if name == "reward_model":
+        from support.reward_models import random_reward_model
+
+        from grpo_run.plugins.verifiers.reward_model import RewardModelConfig
+
+        model = random_reward_model(request.getfixturevalue("tmp_path") / "rm", request.getfixturevalue("tiny_model_dir"))
+        row = {"prompt": "12+7"}
+        # all_rows off: the kit's timeout probe row is not batched with the cases (padding moves floats by an ulp).
+        return {"config": RewardModelConfig(model=str(model), transform="sigmoid", batch_size=2, all_rows=False),
+                "cases": [("19", None, row), ("20", None, row), ("no idea", None, row)], "timeout_s": 5.0}
     if name == "exact-match":  # tests/plugin_dist, installed by the conftest
         return {"cases": [("42", "42", {}), (" 41 ", "42", {})], "expected": [1.0, 0.0], "timeout_s": 1.0}
     raise KeyError(name)
 
 
-VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math", "non_stop_penalty", "reasoning_gym")
+VERIFIERS = ("code", "exact-match", "format", "ifeval", "judge", "length", "math", "non_stop_penalty", "reasoning_gym",
+             "reward_model")
 LOSSES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "reinforce-baseline")
 KL_ESTIMATORS = ("k1", "k2", "k3", "low_var")
 SAMPLERS = ("active", "mixture", "uniform")

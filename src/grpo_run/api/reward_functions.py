@@ -23,6 +23,7 @@ from __future__ import annotations
 import copyreg
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -172,6 +173,34 @@ def _reduce_class(cls: type) -> tuple[Any, ...]:
 
 
 copyreg.pickle(_FunctionVerifierType, _reduce_class)
+
+
+REWARD_MODEL = "reward_model"
+"""The built-in verifier a string in ``reward_funcs`` becomes: a reward model's hub id or
+directory, as TRL takes one."""
+
+
+def split_reward_models(funcs: Any, weights: Sequence[float] | None) -> tuple[Any, Sequence[float] | None,
+                                                                              dict[str, dict[str, Any]]]:
+    """``reward_funcs`` and ``reward_weights`` without their strings (reward models), and the
+    ``[verifiers.reward_model]`` table the string becomes (one at most: the verifier has one model)."""
+    if isinstance(funcs, Mapping) or not funcs:
+        return funcs, weights, {}
+    funcs = list(funcs)
+    if weights is not None and len(weights) != len(funcs):
+        raise UserError(f"{len(funcs)} reward functions but {len(weights)} reward_weights")
+    models = [i for i, f in enumerate(funcs) if isinstance(f, (str, os.PathLike))]
+    if not models:
+        return funcs, weights, {}
+    if len(models) > 1:
+        raise UserError(f"reward_funcs names {len(models)} reward models ({', '.join(repr(os.fspath(funcs[i])) for i in models)}); "
+                        f"a run takes one ([verifiers.{REWARD_MODEL}])")
+    (i,) = models
+    table: dict[str, Any] = {"model": os.fspath(funcs[i])}
+    if weights is not None:
+        table["weight"] = float(weights[i])
+    rest_weights = None if weights is None else [w for j, w in enumerate(weights) if j != i]
+    return [f for j, f in enumerate(funcs) if j != i], rest_weights, {REWARD_MODEL: table}
 
 
 def as_reward_functions(funcs: Sequence[Any] | Mapping[str, Any], weights: Sequence[float] | None) -> list[RewardFunction]:

@@ -6,7 +6,12 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from grpo_run.api.reward_functions import as_reward_functions, register_reward_functions, verifier_tables
+from grpo_run.api.reward_functions import (
+    as_reward_functions,
+    register_reward_functions,
+    split_reward_models,
+    verifier_tables,
+)
 from grpo_run.api.training import outside_event_loop
 from grpo_run.core.config.converter import make_converter, structure_components
 from grpo_run.core.config.formatting import ConfigError, issues_from_exception
@@ -32,7 +37,8 @@ def score(
     :param verifiers: ``name -> options`` (the ``[verifiers.<name>]`` tables); default: every
         verifier the rows name, with its default options. ``{}`` with ``reward_funcs``: the
         functions alone score, the rows' ``verifier`` is plain data (as in :func:`grpo_run.train`).
-    :param reward_funcs: plain reward functions (as for :func:`grpo_run.train`); they score every row.
+    :param reward_funcs: plain reward functions (as for :func:`grpo_run.train`); they score every
+        row. A string is a reward model's hub id or directory (the ``reward_model`` verifier).
     :param scoring: ``[scoring]`` options (``num_workers``, ``timeout_s``, ...); by default the
         calls run in this process (``num_workers = 0``) with no time limit enforced.
     """
@@ -42,19 +48,20 @@ def score(
     for i, row in enumerate(rows):
         if not isinstance(row.get("completion"), str):
             raise UserError(f"row {i}: needs a 'completion' string")
+    reward_funcs, reward_weights, models = split_reward_models(reward_funcs, reward_weights)
     funcs = as_reward_functions(reward_funcs or [], reward_weights)
     registry = build_plugin_host().registry
     register_reward_functions(registry, funcs)
     tables: dict[str, Any] = dict(verifiers) if verifiers is not None else {
         name: {} for row in rows for name in _named(row)}
-    tables.update(verifier_tables(funcs))
+    tables.update({**verifier_tables(funcs), **models})
     if not tables:
         raise UserError("no verifier: pass verifiers={...} or reward_funcs=[...], or name one in the rows")
     converter = make_converter(registry)
     try:
         configs = structure_components(converter, registry, VERIFIER, tables)
         options = dict(scoring or {"num_workers": 0})
-        if funcs and verifiers is not None and not verifiers:  # as in train: the functions alone
+        if (funcs or models) and verifiers is not None and not verifiers:  # as in train: the functions alone
             options.setdefault("row_verifiers", False)
         section = converter.structure(options, ScoringSection)
     except Exception as exc:  # cattrs groups: report each problem with its key

@@ -18,7 +18,12 @@ from typing import Any, TypeVar
 
 import attrs
 
-from grpo_run.api.reward_functions import as_reward_functions, register_reward_functions, verifier_tables
+from grpo_run.api.reward_functions import (
+    as_reward_functions,
+    register_reward_functions,
+    split_reward_models,
+    verifier_tables,
+)
 from grpo_run.core.config import config_to_dict, parse_config
 from grpo_run.core.config.loading import read_toml
 from grpo_run.core.config.schema import RunConfig
@@ -63,7 +68,9 @@ def train(
 
     :param reward_funcs: plain reward functions (see :mod:`grpo_run.api.reward_functions`):
         callables, :class:`~grpo_run.RewardFunction` objects, or a ``name -> callable`` dict. Each
-        becomes a verifier named after it that scores every row, added to the config's own.
+        becomes a verifier named after it that scores every row, added to the config's own. A
+        string (or path) in the list is a reward model's hub id or directory, as in TRL: the
+        ``reward_model`` verifier with that ``model``.
     :param reward_weights: one weight per function (TRL's ``reward_weights``); default 1.
     :param output_dir: the run directory (default ``<run.output_dir>/<run.name>``).
     :param resume: a checkpoint, checkpoints directory or run directory to continue from.
@@ -91,6 +98,7 @@ def train(
 
 def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[float] | None,
              overrides: Mapping[str, Any]) -> tuple[RunConfig, PluginHost]:
+    reward_funcs, reward_weights, models = split_reward_models(reward_funcs, reward_weights)
     funcs = as_reward_functions(reward_funcs or [], reward_weights)
     host = build_plugin_host()
     register_reward_functions(host.registry, funcs)
@@ -98,12 +106,13 @@ def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[f
     if isinstance(config, (str, os.PathLike)):  # a `module:Class` name may live next to the config
         host.registry.import_dirs.append(Path(config).resolve().parent)
     data = merge_tables(data, overrides)
-    if funcs:
-        tables = verifier_tables(funcs)
+    if funcs or models:
+        tables = {**verifier_tables(funcs), **models}
         clash = sorted(set(tables) & set(data.get("verifiers") or {}))
         if clash:
-            raise UserError(f"{source}: [verifiers.{clash[0]}] is also the name of a reward function; "
-                            "rename one (grpo_run.RewardFunction(fn, name=...))")
+            what = ("a reward model in reward_funcs: drop one of the two" if clash[0] in models
+                    else "the name of a reward function; rename one (grpo_run.RewardFunction(fn, name=...))")
+            raise UserError(f"{source}: [verifiers.{clash[0]}] is also {what}")
         if not data.get("verifiers"):  # as in TRL, the functions alone give the reward
             data["scoring"] = {"row_verifiers": False, **(data.get("scoring") or {})}
         data["verifiers"] = {**(data.get("verifiers") or {}), **tables}

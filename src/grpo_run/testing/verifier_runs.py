@@ -61,6 +61,24 @@ def score_here(cls: type, config: Any, calls: list[Case], report: Reporter) -> l
     return _batch_list(results, len(calls), report)
 
 
+def rescale_here(config: Any, results: list[Any], raw_range: tuple[float, float], report: Reporter) -> list[Any]:
+    """``results`` with their applicable raw scores passed, in one call, through a fresh rescaler
+    (:class:`~grpo_run.RescalesScores`), as the scorer passes one scoring call's."""
+    raw = [(i, verdict(i, r, raw_range, report)) for i, r in enumerate(results)]
+    picked = [(i, score) for i, score in raw if score is not None]
+    try:
+        scores = list(config.rescaler().rescale([score for _, score in picked], True))
+    except Exception as exc:
+        raise report.fail("result", f"rescaling the raw scores raised {type(exc).__name__}: {exc}") from exc
+    if len(scores) != len(picked):
+        raise report.fail("result", f"the rescaler returned {len(scores)} scores for {len(picked)} raw scores")
+    out = list(results)
+    for (i, _), score in zip(picked, scores, strict=True):
+        out[i] = VerifierResult(score) if not isinstance(out[i], VerifierResult) else VerifierResult(
+            score, applicable=True, metrics=out[i].metrics)
+    return out
+
+
 def _build(cls: type, config: Any, report: Reporter) -> Any:
     try:
         return cls(config)
@@ -170,11 +188,13 @@ async def through_scorer(cls: type, config: Any, rows: list[dict[str, Any]], com
         probe_row, probe_completion = {**rows[0], "id": "sleeper", "verifier": Sleeper.name}, ""
     step = "scorer"
     scorer = RewardScorer(specs, num_workers=1, timeout_s=timeout_s, chunk_size=1)
+    fresh = scorer.state_dict()  # rescalers' state: each step below starts from it
     try:
         _compare(step, await scorer.score(rows, completions), verdicts, completions, name, timeout_s, report)
         if probe_row is None:
             return
         step = "timeout"
+        scorer.load_state_dict(fresh)
         batch = await scorer.score([probe_row, *rows], [probe_completion, *completions])
         if "timed out" not in (batch[0].error or ""):
             what = "slow_case" if slow_case is not None else "the sleeper's call"

@@ -18,6 +18,7 @@ from grpo_run.testing.verifier_runs import (
     Sleeper,
     check_cancellation,
     dataset_row,
+    rescale_here,
     score_here,
     show,
     through_scorer,
@@ -61,11 +62,14 @@ def check_verifier(
        awaited when it is ``async def``), gives a :class:`~grpo_run.VerifierResult` or a float;
        an applicable score is finite and inside the declared score range
        (:class:`~grpo_run.DeclaresScoreRange` on the config, else the class, else ``[0, 1]``);
-       metrics are numbers; and it matches ``expected``.
+       metrics are numbers; and it matches ``expected``. A config that rescales
+       (:class:`~grpo_run.RescalesScores`) has its raw scores checked against ``[-1e6, 1e6]`` and
+       passed, all cases in one call, through a fresh rescaler; the rescaled scores are checked.
     3. **pickle** (sync verifiers): ``(cls, config)`` survives a pickle round trip, as it must to
        reach a worker process.
     4. **scorer**: a ``RewardScorer`` with one worker (``num_workers=1``) scores every case
-       without error and gives exactly the in-process scores (applicability included).
+       without error and gives exactly the in-process scores (applicability included); a
+       rescaler's state is set back to a fresh one's before each scorer call of this step and the next.
     5. **timeout**: the same scorer then gets a call that overruns ``timeout_s``: ``slow_case``
        if given, else a call of the kit's :class:`Sleeper` (enabled next to the verifier, so the
        one worker builds both). The call must come back as timed out, which for a sync verifier
@@ -93,7 +97,10 @@ def check_verifier(
         raise report.fail("contract", str(exc)) from None
     rows = [dataset_row(case, i, report.component) for i, case in enumerate(cases)]
     calls = [(completion, row["ground_truth"], row) for (completion, _, _), row in zip(cases, rows, strict=True)]
-    verdicts = [verdict(i, r, policy.score_range, report) for i, r in enumerate(score_here(cls, config, calls, report))]
+    results = score_here(cls, config, calls, report)
+    if policy.rescaled:
+        results = rescale_here(config, results, policy.returned_range, report)
+    verdicts = [verdict(i, r, policy.score_range, report) for i, r in enumerate(results)]
     if expected is not None:
         for i, (got, want) in enumerate(zip(verdicts, expected, strict=True)):
             if (got is None) != (want is None) or (got is not None and abs(got - want) > EXPECTED_TOLERANCE):

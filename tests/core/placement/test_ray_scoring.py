@@ -74,6 +74,9 @@ def test_actors_score_like_local_workers_in_processes_of_their_own(local_ray) ->
         assert len(remote.worker_pids) == 2
         actors = {where["pid"] for where in remote._sync.actors}
         assert {psutil.Process(pid).ppid() for pid in remote.worker_pids} == actors  # one pool per actor
+        (where,) = remote.placement()  # what pipeline.json lists
+        assert where["verifiers"] == ["math"] and where["where"] == "ray actors"
+        assert {a["pid"] for a in where["actors"]} == actors and where["resources"] == {"num_cpus": 1, "num_gpus": 0.0}
     finally:
         remote.close()
         local.close()

@@ -41,10 +41,13 @@ class Scorer:
     def __init__(self) -> None:
         self.texts: list[str] = []
 
-    async def score(self, rows, texts, finish_reasons=None, num_tokens=None):
+    async def score(self, rows, texts, finish_reasons=None, num_tokens=None, *, training=True):
         self.texts += texts
         return ScoredBatch([ScoredCompletion(float(t == r["ground_truth"]), 1.0, {}) for r, t in zip(rows, texts)],
                            ScoringMetrics())
+
+    def state_dict(self):
+        return {}  # no rescaled verifier: nothing for a checkpoint
 
 
 class Encoder:

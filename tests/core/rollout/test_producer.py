@@ -47,7 +47,7 @@ class Scorer:
         self.calls: list[list[str]] = []
         self.fail = fail
 
-    async def score(self, rows, texts, finish_reasons=None, num_tokens=None):
+    async def score(self, rows, texts, finish_reasons=None, num_tokens=None, *, training=True):
         self.calls.append(list(texts))
         await asyncio.sleep(0)
         if self.fail:

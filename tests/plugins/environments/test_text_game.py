@@ -97,7 +97,7 @@ class Sampler:
 class Scorer:
     """No verifier: the game's rewards are the episode's."""
 
-    async def score(self, rows, texts, finish_reasons=None, num_tokens=None):
+    async def score(self, rows, texts, finish_reasons=None, num_tokens=None, *, training=True):
         from grpo_run.core.scoring.metrics import ScoringMetrics
         from grpo_run.core.scoring.scorer import ScoredBatch, ScoredCompletion
 

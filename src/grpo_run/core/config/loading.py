@@ -22,6 +22,7 @@ from grpo_run.core.config.formatting import (
     join_path,
 )
 from grpo_run.core.config.invariants import check_invariants
+from grpo_run.core.config.run_defaults import apply_run_defaults
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.registry import ComponentRegistry
 
@@ -59,7 +60,8 @@ def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: s
     except (ClassValidationError, ValueError, TypeError) as exc:
         found = issues_from_exception(exc)
         raise ConfigError(source, found + _invariants_without(data, found, converter)) from exc
-    issues = check_invariants(cfg)
+    cfg, issues = apply_run_defaults(cfg)
+    issues += check_invariants(cfg)
     if issues:
         raise ConfigError(source, issues)
     return cfg

@@ -4,6 +4,7 @@ as Ray actors with the resources each asks for)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
@@ -126,6 +127,14 @@ class ActorResources:
     """GPUs the actor reserves (Ray's ``num_gpus``); a CUDA model needs at least one per actor."""
     resources: dict[str, float] = attrs.Factory(dict)
     """Custom Ray resources (``{ "node_type_a" = 1 }``), as given to ``ray start --resources``."""
+
+
+def actor_resources(given: Mapping[str, float]) -> ActorResources:
+    """``{"num_cpus": 1, "num_gpus": 1, "<custom>": 1}`` (a verifier's own worker) as
+    :class:`ActorResources`; ``num_cpus`` defaults to 1, ``num_gpus`` to 0."""
+    rest = {k: float(v) for k, v in given.items() if k not in ("num_cpus", "num_gpus")}
+    return ActorResources(num_cpus=float(given.get("num_cpus", 1.0)), num_gpus=float(given.get("num_gpus", 0.0)),
+                          resources=rest)
 
 
 @attrs.frozen

@@ -148,14 +148,17 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
 
     placement = build_placement(cfg)
     try:
-        scorer = build_scorer(cfg, registry, placement.scoring_pool())
+        scorer = build_scorer(cfg, registry, placement.scoring_pool(), placement.own_worker_pool())
     except BaseException:
         placement.close()
         raise
     learner: LearnerGroup | None = None
     # Scoring workers start (separate processes) while the models load, not at the first score.
+    # Verifiers built in this process (scoring.num_workers = 0) wait until the models are loaded:
+    # transformers' loading (a reward model's too) is not safe in two threads at once.
+    apart = scorer.num_workers > 0
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scorer-start") as starter:
-        scorer_started = starter.submit(scorer.start)
+        scorer_started = starter.submit(scorer.start if apart else lambda: None)
         try:
             spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
             spec, budget_note = with_budget_plan(cfg, registry, spec, model_path)
@@ -171,6 +174,8 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
                 cfg.engine.num_engines,
             )
             scorer_started.result()  # re-raises a failed start
+            if not apart:
+                scorer.start()
         except BaseException:
             concurrent.futures.wait([scorer_started])
             scorer.close()
@@ -314,13 +319,16 @@ def load_tokenizer(cfg: RunConfig, source: str) -> Any:
     return tokenizer
 
 
-def build_scorer(cfg: RunConfig, registry: ComponentRegistry, sync_pool: Callable[..., Any] | None = None) -> RewardScorer:
+def build_scorer(cfg: RunConfig, registry: ComponentRegistry, sync_pool: Callable[..., Any] | None = None,
+                 own_pool: Callable[..., Any] | None = None) -> RewardScorer:
     """The run's scorer: its enabled verifiers under the ``[scoring]`` settings (its sync verifiers
-    in ``sync_pool``, e.g. Ray scoring actors, when given)."""
+    in ``sync_pool``, e.g. Ray scoring actors, and those with a worker of their own in ``own_pool``,
+    when given)."""
     return RewardScorer.from_config(
         cfg.scoring,
         verifiers={name: (registry.get(VERIFIER, name), conf) for name, conf in cfg.verifiers.items()},
         sync_pool=sync_pool,
+        own_pool=own_pool,
     )
 
 

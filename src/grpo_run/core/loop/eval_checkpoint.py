@@ -8,6 +8,7 @@ import contextlib
 import json
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import attrs
@@ -68,6 +69,25 @@ def full_weights(model_dir: Path) -> Iterator[Path]:
             yield Path(tmp)
 
 
+def checkpoint_dir_of(model_dir: Path) -> Path:
+    """The checkpoint directory a model directory belongs to (itself, or the parent of ``merged/``)."""
+    return model_dir.parent if model_dir.name == MERGED_DIR else model_dir
+
+
+def saved_scorer_state(checkpoint: Path) -> dict[str, Any]:
+    """The scorer's state a checkpoint holds (rescalers' running statistics); ``{}`` without one.
+    The file is memory-mapped: the optimizer state beside it is not read."""
+    path = checkpoint / TRAINER_STATE
+    if not path.is_file():
+        return {}
+    import torch
+
+    try:
+        return dict(torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("scorer", {}))
+    except Exception:  # noqa: BLE001 - written by something else: evaluate with fresh statistics
+        return {}
+
+
 def saved_step(checkpoint: Path) -> int | None:
     info = checkpoint / "grpo_run.json"
     try:
@@ -103,6 +123,7 @@ def evaluate_checkpoint(
                           attn_implementation=cfg.model.attn_implementation),
         )
         scorer = build_scorer(cfg, registry)
+        scorer.load_state_dict(saved_scorer_state(checkpoint_dir_of(model_dir)))  # e.g. a standardisation's moments
         traces = None
         if output_dir is not None:
             output_dir.mkdir(parents=True, exist_ok=True)

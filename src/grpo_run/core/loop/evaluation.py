@@ -120,7 +120,7 @@ class Evaluator:
     async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
         return await self.scorer.score(
             rows, [c.text for c in completions], finish_reasons=[c.finish_reason for c in completions],
-            num_tokens=[len(c.token_ids) for c in completions],
+            num_tokens=[len(c.token_ids) for c in completions], training=False,
         )
 
     def _pass_at_k(self, groups: Sequence[Sequence[Completion]], scored: ScoredBatch) -> dict[str, float]:

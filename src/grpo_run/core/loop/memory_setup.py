@@ -40,8 +40,11 @@ def plan_inputs(cfg: RunConfig, spec: LearnerSpec, config: Any, *, device: str, 
     rollout = rollout_shape(cfg)
     if costs is None:
         costs = activation_costs(spec, config, rollout, device=device, other=both_checkpointing)
+    import psutil
+
     return PlanInputs(
         shape=ModelShape.from_config(config), costs=costs, device=device, capacity=capacity,
+        host_capacity=float(psutil.virtual_memory().available),
         micro_batches=micro_batches(rollout, cfg.algorithm.num_mini_batches, cfg.learner.num_learners),
         runtime_bytes=runtime_bytes, gpus=gpus,
     )

@@ -3,8 +3,8 @@
 The loop tells a :class:`PipelineMonitor` when a batch starts, moves between stages
 (generating -> scoring -> ready -> training) and is done, and when the engine takes new weights;
 the monitor rewrites ``<run_dir>/pipeline.json`` atomically on every change, so any reader of
-the run directory sees the queue depths, the batches in flight with their staleness, and the
-latest throughput -- without talking to the training process.
+the run directory sees the queue depths, the batches in flight with their staleness, the
+latest throughput and where each verifier runs -- without talking to the training process.
 """
 
 from __future__ import annotations
@@ -81,8 +81,11 @@ class PipelineMonitor:
     """
 
     def __init__(self, run_dir: Path, total_steps: int, async_steps: int, start_step: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, scoring: list[dict[str, Any]] | None = None) -> None:
         self.path = Path(run_dir) / PIPELINE_FILE
+        self.scoring = list(scoring or [])
+        """Where the verifiers run: ``{"verifiers": [...], "where": ..., ...}`` per pool of workers,
+        Ray actors or the training process (``RewardScorer.placement``)."""
         self.clock = clock
         self.total_steps = total_steps
         self.async_steps = async_steps
@@ -180,6 +183,7 @@ class PipelineMonitor:
             "syncing_s": round(now - self.syncing[1], 3) if self.syncing else 0.0,
             "stages": stages, "batches": batches,
             "last_metrics": dict(self.last_metrics), "last_step_at": self.last_step_at,
+            "scoring": self.scoring,
         }
 
     def write(self) -> None:

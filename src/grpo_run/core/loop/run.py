@@ -198,7 +198,8 @@ def train(
 
                 checkpointer = Checkpointer(save, cfg.checkpoint.save_freq, cfg.checkpoint.save_final)
                 trackers = TrackerFanout(parts.trackers, warn=progress.warning)
-                pipeline = PipelineMonitor(run_dir, cfg.train.total_steps, cfg.rollout.async_steps, start_step)
+                pipeline = PipelineMonitor(run_dir, cfg.train.total_steps, cfg.rollout.async_steps, start_step,
+                                           scoring=parts.scorer.placement())
                 parts.producer.phase_listener = pipeline.batch_phase
                 observers = [checkpointer, MetricsFile(run_dir), trackers, hooks, ConsoleProgress(progress), last,
                              pipeline]

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.config.schema import LoraSection, RunConfig
 from grpo_run.core.memory.plan import (
     LearnerLoad, MicroBatchCosts, Part, ProcessPlan, gib, largest_budget, largest_logprob_budget,
     learner_process, usable_bytes,
@@ -94,6 +94,8 @@ class PlanInputs:
     runtime_bytes: float = 0.0
     """The trainer process before any model (CPU)."""
     gpus: int = 1
+    host_capacity: float = 0.0
+    """The machine's memory available (for processes on the CPU beside a CUDA learner)."""
 
 
 def rollout_shape(cfg: RunConfig) -> RolloutShape:
@@ -150,20 +152,33 @@ def memory_request(cfg: RunConfig, inputs: PlanInputs) -> MemoryRequest:
     )
 
 
-def component_parts(cfg: RunConfig, registry: ComponentRegistry, request: MemoryRequest) -> list[tuple[str, MemoryPart]]:
-    """``(component, part)`` for the engine (once per engine) and every verifier that plans memory."""
+def component_parts(cfg: RunConfig, registry: ComponentRegistry, request: MemoryRequest,
+                    notes: list[str]) -> list[tuple[str, MemoryPart]]:
+    """``(component, part)`` for the engine (once per engine) and every verifier that plans
+    memory; a component whose plan fails is left out, with a line in ``notes`` saying why."""
     out: list[tuple[str, MemoryPart]] = []
     engine = registry.get(ENGINE, cfg.engine.name)
-    if isinstance(engine, PlansMemory):
-        for i in range(cfg.engine.num_engines):
-            label = f"{cfg.engine.name} engine" + (f" {i}" if cfg.engine.num_engines > 1 else "")
-            out += [(label, part) for part in engine.memory_parts(cfg.engine.config, request)]
+    labels = [f"{cfg.engine.name} engine" + (f" {i}" if cfg.engine.num_engines > 1 else "")
+              for i in range(cfg.engine.num_engines)]
+    for label, parts in zip(labels, [_parts_of(engine, cfg.engine.config, request, f"{cfg.engine.name} engine", notes)] * len(labels)):
+        out += [(label, part) for part in parts]
     for name, slot in cfg.verifiers.items():
-        verifier = registry.get(VERIFIER, name) if registry.has(VERIFIER, name) else None
-        if verifier is not None and isinstance(verifier, PlansMemory):
+        if registry.has(VERIFIER, name):
             config = getattr(slot, "config", slot)
-            out += [(f"{name} verifier", part) for part in verifier.memory_parts(config, request)]
+            out += [(f"{name} verifier", part)
+                    for part in _parts_of(registry.get(VERIFIER, name), config, request, f"{name} verifier", notes)]
     return out
+
+
+def _parts_of(cls: type, config: Any, request: MemoryRequest, label: str, notes: list[str]) -> list[MemoryPart]:
+    if not isinstance(cls, PlansMemory):
+        return []
+    try:
+        return list(cls.memory_parts(config, request))
+    except Exception as exc:  # a plugin's planning fails: the plan goes on without it, and says so
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        notes.append(f"{label}: not counted ({type(exc).__name__}: {first})")
+        return []
 
 
 def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> RunPlan:
@@ -176,16 +191,17 @@ def _plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> Ru
     device = inputs.device
     learner_dev = "cuda:0" if device == "cuda" else "cpu"
     load = learner_load(cfg, inputs)
-    others = component_parts(cfg, registry, memory_request(cfg, inputs))
+    notes = _notes(cfg, inputs)
+    others = component_parts(cfg, registry, memory_request(cfg, inputs), notes)
     in_trainer = [(c, p) for c, p in others if not p.own_process]
     own = [(c, p) for c, p in others if p.own_process]
     single = cfg.learner.num_learners == 1 and cfg.distributed.backend == "local"
     trainer_extra = [Part(f"{c}: {p.name}", p.bytes, p.note) for c, p in in_trainer if not p.transient]
     trainer_transient = [Part(f"{c}: {p.name}", p.bytes, p.note) for c, p in in_trainer if p.transient]
     overlap = cfg.rollout.async_steps > 1
-    same_device = [Part(f"{c}: {p.name}", p.bytes, p.note) for c, p in own] if device == "cuda" else []
-    # What else this device holds beside a learner rank, for the budget.
-    beside = sum(p.bytes for p in same_device)
+    # What else the learner's device holds beside a learner rank, for the budget: other processes'
+    # parts there (a GPU's, or on the CPU the machine's memory).
+    beside = sum(p.bytes for _, p in own if (p.device or learner_dev) == learner_dev)
     if single:
         beside += sum(p.bytes for p in trainer_extra) + (sum(p.bytes for p in trainer_transient) if overlap else 0.0)
     usable = usable_bytes(device, inputs.capacity)
@@ -216,16 +232,20 @@ def _plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> Ru
             processes.append(ProcessPlan("trainer (" + ", ".join(dict.fromkeys(c for c, _ in in_trainer)) + ")",
                                          learner_dev, tuple(trainer_extra + trainer_transient)))
     for component in dict.fromkeys(c for c, _ in own):
-        parts = tuple(Part(p.name, p.bytes, p.note) for c, p in own if c == component)
-        processes.append(ProcessPlan(f"{component} (own process)", learner_dev, parts))
-    capacity = {p.device: inputs.capacity for p in processes}
+        mine = [p for c, p in own if c == component]
+        resident = tuple(Part(p.name, p.bytes, p.note) for p in mine if not p.transient)
+        work = tuple(Part(p.name, p.bytes, p.note) for p in mine if p.transient)
+        where = mine[0].device or learner_dev
+        processes.append(ProcessPlan(f"{component} (own process)", where, resident, (("working", work),) if work else ()))
+    capacity = {p.device: (inputs.host_capacity if p.device == "cpu" and device == "cuda" else inputs.capacity)
+                for p in processes}
     rollout = rollout_shape(cfg)
     return RunPlan(
         processes=tuple(processes), capacity=capacity, budget=budget, logprob_budget=logprob_budget,
         budget_source=source, largest_budget=most, largest_logprob_budget=most_lp,
         longest_sequence=rollout.prompt_tokens + rollout.response_tokens,
         tokens_per_mini_batch=whole, limit=limit,
-        notes=tuple(_notes(cfg, inputs)),
+        notes=tuple(notes),
     )
 
 
@@ -265,8 +285,6 @@ def advice(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, plan
         tries.append(('set model.dtype = "bfloat16" (and model.autocast = "none")',
                       attrs.evolve(cfg, model=attrs.evolve(model, dtype="bfloat16", autocast="none"))))
     if model.lora is None:
-        from grpo_run.core.config.schema import LoraSection
-
         tries.append(("train LoRA adapters ([model.lora] r = 16)", attrs.evolve(cfg, model=attrs.evolve(model, lora=LoraSection()))))
     if inputs.gpus > 1 and cfg.learner.num_learners == 1:
         sharded = attrs.evolve(cfg.learner, num_learners=inputs.gpus, strategy="fsdp2")

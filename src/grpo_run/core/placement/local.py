@@ -37,6 +37,9 @@ class LocalPlacement:
     def scoring_pool(self) -> None:
         return None  # the scorer's worker processes, children of this process
 
+    def own_worker_pool(self) -> None:
+        return None  # a worker process of this process
+
     def close(self) -> None:
         pass
 

@@ -27,7 +27,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from grpo_run.core.config.processes import ActorResources, LearnerSection
+from grpo_run.core.config.processes import ActorResources, LearnerSection, actor_resources
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import RunError
 from grpo_run.core.learner.spec import LearnerSpec
@@ -42,6 +42,7 @@ from grpo_run.core.placement.ray_actors import (
     RemoteWeights,
     remote_engine,
 )
+from grpo_run.core.plugins.abilities import OwnWorker
 from grpo_run.core.plugins.types import EngineContext
 from grpo_run.core.runlog import get_logger
 
@@ -173,6 +174,13 @@ class RayPlacement:
             resources=self.settings.resources_of("scoring"), startup_timeout_s=self.settings.startup_timeout_s,
         )
 
+    def own_worker_pool(self) -> Callable[..., Any]:
+        """A verifier with a worker of its own (a reward model) gets a Ray actor of its own, with
+        the resources its config names (:class:`~grpo_run.OwnWorker`)."""
+        from grpo_run.core.placement.ray_scoring import own_actor_pool
+
+        return functools.partial(own_actor_pool, startup_timeout_s=self.settings.startup_timeout_s)
+
     def close(self) -> None:
         if self.group is not None:
             remove_placement_group(self.group)
@@ -207,11 +215,13 @@ def _node_pids() -> list[int]:
 
 
 def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:
-    """(resources, count) of the learner, engine and scoring actors (the placement group reserves
-    bundles for the first two only)."""
+    """(resources, count) of the learner, engine and scoring actors, then verifiers' own actors
+    (the placement group reserves bundles for the first two only)."""
     d = cfg.distributed
+    own = [(actor_resources(conf.worker_resources), 1) for conf in cfg.verifiers.values()
+           if isinstance(conf, OwnWorker) and cfg.scoring.num_workers > 0]
     return [(d.resources_of("learner"), cfg.learner.num_learners), (d.resources_of("engine"), cfg.engine.num_engines),
-            (d.resources_of("scoring"), d.scoring_actors)]
+            (d.resources_of("scoring"), d.scoring_actors), *own]
 
 
 def _bundle(resources: ActorResources) -> dict[str, float]:

@@ -21,7 +21,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from grpo_run.core.config.processes import ActorResources
+from grpo_run.core.config.processes import ActorResources, actor_resources
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.placement.ray_actors import describe_actor, where_am_i
 from grpo_run.core.runlog import get_logger
@@ -85,6 +85,7 @@ class RaySyncVerifiers:
         if resources.resources:
             options["resources"] = dict(resources.resources)
         self._resources = options
+        self._verifiers = list(specs)
         actor_cls = ray.remote(ScoringActor)
         self._actors = [
             actor_cls.options(**options).remote(specs, dict(policies), num_workers, timeout_s, chunk_size,
@@ -107,6 +108,12 @@ class RaySyncVerifiers:
     def recycled(self) -> int:
         """Workers replaced on all actors (``max_calls_per_worker`` / ``max_worker_rss_mb``)."""
         return sum(ray.get([a.recycled.remote() for a in self._actors], timeout=30))
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Where these verifiers run (the run's ``pipeline.json``): the actors, their resources."""
+        actors = [{"actor_id": str(w["actor_id"]), "pid": w["pid"], "host": w["host"], "worker_pids": w["worker_pids"]}
+                  for w in self._where or []]
+        return [{"verifiers": self._verifiers, "where": "ray actors", "resources": self._resources, "actors": actors}]
 
     def start(self) -> None:
         """Start every actor's workers; waits until all are ready (at most ``startup_timeout_s``)."""
@@ -172,6 +179,16 @@ class RaySyncVerifiers:
             pass
         for actor in self._actors:
             ray.kill(actor)
+
+
+def own_actor_pool(specs: VerifierSpecs, policies: Mapping[str, VerifierPolicy], num_workers: int,
+                   timeout_s: float, chunk_size: int | None, *, resources: Mapping[str, float],
+                   startup_timeout_s: float, **kwargs: Any) -> RaySyncVerifiers:
+    """A verifier's own pool (:class:`~grpo_run.OwnWorker`): one actor with the resources its
+    config names, holding ``num_workers`` worker processes (the GPUs Ray gives the actor are
+    visible to them too: they inherit its ``CUDA_VISIBLE_DEVICES``)."""
+    return RaySyncVerifiers(specs, policies, num_workers, timeout_s, chunk_size, num_actors=1,
+                            resources=actor_resources(resources), startup_timeout_s=startup_timeout_s, **kwargs)
 
 
 def _cause(exc: RayTaskError) -> BaseException:

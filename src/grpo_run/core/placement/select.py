@@ -23,6 +23,11 @@ class Placement(Protocol):
         own worker processes."""
         ...
 
+    def own_worker_pool(self) -> Callable[..., Any] | None:
+        """What runs a verifier with a worker of its own (``RewardScorer``'s ``own_pool``);
+        ``None``: a worker process of this process."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -45,6 +45,20 @@ class Stateful(Protocol):
 
 
 @runtime_checkable
+class TakesRunDefaults(Protocol):
+    """A component ``Config`` with options whose default is a setting of the run (a reward model's
+    ``dtype = "auto"``: the run's ``model.dtype``).
+
+    ``with_run`` is called once the whole config is structured, before the rules
+    (:class:`ChecksRunConfig`) are checked, and returns the config to use instead (an
+    ``attrs.evolve`` of itself with those options filled in). The run's saved ``config.toml`` then
+    shows the values used. Outside a run (``grpo-run score``, ``grpo_run.score``) it is not called.
+    """
+
+    def with_run(self, run: RunConfig) -> Any: ...
+
+
+@runtime_checkable
 class ChecksRunConfig(Protocol):
     """A component ``Config`` with rules that involve the rest of the run's configuration.
 
@@ -81,10 +95,11 @@ class PlansMemory(Protocol):
     """A component that says, before it is built, what memory it will hold.
 
     ``grpo-run plan`` and the automatic token budget (``learner.max_tokens_per_forward = "auto"``)
-    ask engines -- and verifiers that hold a model -- through this classmethod, with the
-    component's structured ``config`` and the run's sizes; each returned
-    :class:`~grpo_run.MemoryPart` is shown in the plan and counted where it lives. Used for
-    engines and verifiers; a component without it counts as nothing.
+    ask engines -- and verifiers that hold a model, such as ``reward_model`` -- through this
+    classmethod, with the component's structured ``config`` (the run's defaults applied) and the
+    run's sizes; each returned :class:`~grpo_run.MemoryPart` is shown in the plan and counted
+    where it lives. It may read a model's ``config.json``; it loads no weights. Used for engines
+    and verifiers; a component without it counts as nothing.
     """
 
     @classmethod
@@ -163,7 +178,8 @@ class BatchVerifier(Protocol):
 
 @runtime_checkable
 class CapsBatchSize(Protocol):
-    """A :class:`BatchVerifier` whose batches must hold at most ``max_batch_size`` items."""
+    """A :class:`BatchVerifier` whose batches must hold at most ``max_batch_size`` items: a class
+    attribute, or a field of its ``Config`` when the size is an option (the config's wins)."""
 
     max_batch_size: ClassVar[int]
 
@@ -191,6 +207,55 @@ class ShapingConfig(Protocol):
     mode: Literal["additive", "gate"]
     gate_fail_reward: float
     all_rows: bool
+
+
+@runtime_checkable
+class ScoreRescaler(Protocol):
+    """What :meth:`RescalesScores.rescaler` returns: turns a verifier's raw scores into its scores,
+    in the training process, and keeps state across calls (running statistics).
+
+    ``rescale`` gets the raw scores of one scorer call (the applicable, successful calls of this
+    verifier, in row order) and returns one score per raw score, each inside the verifier's score
+    range (:class:`DeclaresScoreRange`); a score outside it, or a raise, fails those calls.
+    ``training`` is False for evaluations: the rescaler then must not change its state.
+    ``state_dict`` / ``load_state_dict`` as for :class:`Stateful`: saved in every checkpoint, so a
+    resumed run continues the statistics exactly.
+    """
+
+    def rescale(self, raw: Sequence[float], training: bool) -> list[float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class RescalesScores(Protocol):
+    """A verifier ``Config`` whose verifier returns raw scores (any finite number within
+    ``[-1e6, 1e6]``) that a stateful :class:`ScoreRescaler` turns into its scores.
+
+    The scorer builds one rescaler per run (``rescaler()``) in the training process, whichever
+    process or node the verifier itself runs in, so the state is one, its updates follow the
+    order of the rows, and checkpoints hold it. The score range is checked after rescaling.
+    """
+
+    def rescaler(self) -> ScoreRescaler: ...
+
+
+@runtime_checkable
+class OwnWorker(Protocol):
+    """A verifier ``Config`` whose verifier runs in a scoring worker of its own (it loads a model
+    once, and one copy is enough), not in each of the shared ``scoring.num_workers`` workers.
+
+    With ``distributed.backend = "ray"`` that worker lives in a Ray actor of its own, which asks
+    for ``worker_resources`` (``num_cpus``, ``num_gpus`` and custom resources, as
+    ``distributed.scoring_resources``). Batches of such a verifier are not split to spread over
+    workers, and its worker is not recycled (``scoring.max_calls_per_worker``, ``max_worker_rss_mb``).
+    With ``scoring.num_workers = 0`` it runs in the training process like the others.
+    """
+
+    @property
+    def worker_resources(self) -> Mapping[str, float]: ...
 
 
 @runtime_checkable

@@ -232,8 +232,10 @@ class MemoryPart:
     transient: bool = False
     """Held only while the component works (a KV cache while generating), not all along."""
     own_process: bool = False
-    """In a process of the component's own (a vLLM worker), not the trainer's; on a CUDA device
-    it still takes that device's memory."""
+    """In a process of the component's own (a vLLM worker, a reward model's scoring worker), not
+    the trainer's; on a CUDA device it still takes that device's memory."""
+    device: str = ""
+    """Where it lives: ``"cpu"``, ``"cuda:<i>"``, or ``""`` for the run's model device."""
 
 
 SOLVED_TOLERANCE = 1e-6

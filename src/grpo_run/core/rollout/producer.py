@@ -67,11 +67,15 @@ class RolloutProducer:
         """Told ``(batch index, "generating" | "scoring")`` as a batch moves on (the live page)."""
 
     def rollout_state(self) -> dict[str, Any]:
-        """What decides the next rollout batches: the sampler's state and, if it keeps one, the
-        engine's -- a snapshot (deep copy): the live objects keep moving."""
+        """What decides the next rollout batches: the sampler's state and, if they keep one, the
+        engine's and the scorer's (rescalers' running statistics) -- a snapshot (deep copy): the
+        live objects keep moving."""
         state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
         if isinstance(self.engine, Stateful):
             state["engine"] = self.engine.state_dict()
+        scoring = self.scorer.state_dict()
+        if scoring:
+            state["scorer"] = scoring
         return copy.deepcopy(state)
 
     def load_rollout_state(self, state: Mapping[str, Any]) -> None:
@@ -79,6 +83,8 @@ class RolloutProducer:
         self.sampler.load_state_dict(state["sampler"])
         if "engine" in state and isinstance(self.engine, Stateful):
             self.engine.load_state_dict(state["engine"])
+        if "scorer" in state:
+            self.scorer.load_state_dict(state["scorer"])
 
     async def produce(self, index: int) -> RolloutBatch:
         """Generate and score batch ``index``."""

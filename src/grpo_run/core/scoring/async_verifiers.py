@@ -85,7 +85,9 @@ class AsyncVerifiers:
             self.warning_sink(text)
 
     async def run(self, units: Sequence[Unit]) -> list[list[CallOutcome]]:
-        """Run every unit concurrently; one outcome list per unit, in order."""
+        """Run every unit concurrently; one outcome list per unit, in order (no unit: nothing is built)."""
+        if not units:
+            return []
         verifiers = self._verifiers()
         return list(await asyncio.gather(*(self._run_unit(verifiers[u[0].verifier], u) for u in units)))
 
@@ -142,6 +144,21 @@ class AsyncVerifiers:
                 await verifier.aclose()
             except Exception as exc:  # shutting down: report, keep closing the rest
                 logger.warning("verifier aclose failed", verifier=name, error=describe_exception(exc))
+
+    def close_outside_loop(self) -> None:
+        """:meth:`aclose` from synchronous code: on a fresh loop, or in the background of the
+        running one (closed from inside a loop without ``aclose()``)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        try:
+            if loop is None:
+                asyncio.run(self.aclose())
+            else:
+                self._closing = loop.create_task(self.aclose())
+        except Exception as exc:  # shutting down: report, keep closing the rest
+            logger.warning("closing async verifiers failed", error=f"{type(exc).__name__}: {exc}")
 
     @property
     def built(self) -> bool:

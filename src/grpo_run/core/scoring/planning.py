@@ -66,8 +66,8 @@ def group_units(
     calls: Sequence[VerifierCall], indices: Sequence[int], spread: int, policies: Mapping[str, VerifierPolicy]
 ) -> list[list[int]]:
     """Group call indices into units: one per call, except batched verifiers' calls, which go in
-    batches of at most ``max_batch_size`` (and small enough to spread over ``spread`` workers). A
-    batch sits where its first call was."""
+    batches of at most ``max_batch_size`` (and, unless the verifier has a worker of its own, small
+    enough to spread over ``spread`` workers). A batch sits where its first call was."""
     per_verifier: dict[str, int] = {}
     for i in indices:
         per_verifier[calls[i].verifier] = per_verifier.get(calls[i].verifier, 0) + 1
@@ -79,7 +79,8 @@ def group_units(
         if not policy.batched:
             units.append([i])
             continue
-        cap = min(policy.max_batch_size, max(1, math.ceil(per_verifier[name] / spread)))
+        share = per_verifier[name] if policy.own_worker else math.ceil(per_verifier[name] / spread)
+        cap = min(policy.max_batch_size, max(1, share))
         batch = open_batch.get(name)
         if batch is None or len(batch) >= cap:
             batch = open_batch[name] = []

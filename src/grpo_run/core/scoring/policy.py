@@ -15,7 +15,14 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.plugins.abilities import BatchVerifier, CapsBatchSize, DeclaresScoreRange, ShapingConfig
+from grpo_run.core.plugins.abilities import (
+    BatchVerifier,
+    CapsBatchSize,
+    DeclaresScoreRange,
+    OwnWorker,
+    RescalesScores,
+    ShapingConfig,
+)
 from grpo_run.core.plugins.contracts import Verifier
 from grpo_run.core.plugins.types import REWARD_LIMIT, VerifierConfig
 
@@ -40,6 +47,16 @@ class VerifierPolicy:
     batched: bool
     """Has ``score_batch``: its calls go in batches of at most ``max_batch_size``."""
     max_batch_size: int
+    rescaled: bool = False
+    """Returns raw scores that a :class:`~grpo_run.ScoreRescaler` turns into scores in the
+    training process: the worker only checks that they are finite and within ``REWARD_LIMIT``."""
+    own_worker: bool = False
+    """Runs in a scoring worker (or Ray actor) of its own; its batches are not split to spread."""
+
+    @property
+    def returned_range(self) -> tuple[float, float]:
+        """The interval the verifier's own return values must lie in."""
+        return (-REWARD_LIMIT, REWARD_LIMIT) if self.rescaled else self.score_range
 
     @property
     def max_contribution(self) -> float:
@@ -91,7 +108,8 @@ def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
         if not batched and not isinstance(cls, Verifier):
             raise ValueError("has neither score nor score_batch")
         is_async = inspect.iscoroutinefunction(cls.score_batch if batched else cls.score)
-        max_batch = int(cls.max_batch_size) if isinstance(cls, CapsBatchSize) else DEFAULT_MAX_BATCH_SIZE
+        capped = config if isinstance(config, CapsBatchSize) else cls if isinstance(cls, CapsBatchSize) else None
+        max_batch = int(capped.max_batch_size) if capped is not None else DEFAULT_MAX_BATCH_SIZE
         if max_batch < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch}")
         score_range = score_range_of(cls, config)
@@ -109,6 +127,8 @@ def verifier_policy(name: str, cls: type, config: Any) -> VerifierPolicy:
             is_async=is_async,
             batched=batched,
             max_batch_size=max_batch,
+            rescaled=isinstance(config, RescalesScores),
+            own_worker=isinstance(config, OwnWorker),
         )
     except ValueError as exc:
         raise ValueError(f"verifier {name!r}: {exc}") from None

@@ -39,6 +39,8 @@ from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
 from grpo_run.core.scoring.planning import group_units, interleave_rows, plan_row
 from grpo_run.core.scoring.policy import VerifierPolicy, max_possible_score
+from grpo_run.core.scoring.pools import build_sync_pools
+from grpo_run.core.scoring.rescaling import Rescalers
 from grpo_run.core.scoring.results import ScoredBatch, ScoredCompletion
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers
 from grpo_run.core.scoring.worker_process import CANCELLED
@@ -83,6 +85,9 @@ class RewardScorer:
     :param sync_pool: what runs the sync verifiers, called with :class:`SyncVerifiers`'
         arguments (default: :class:`SyncVerifiers`, worker processes of this process; a Ray
         placement passes its scoring actors).
+    :param own_pool: what runs a verifier that asks for a worker of its own
+        (:class:`~grpo_run.OwnWorker`), called like ``sync_pool`` plus ``resources=`` (default: one
+        worker process of this process; a Ray placement passes an actor of its own).
 
     Workers start on the first :meth:`score` (or :meth:`start`). Call :meth:`close` (or, inside
     the event loop, ``await`` :meth:`aclose`) when done. Use one event loop for all calls.
@@ -105,6 +110,7 @@ class RewardScorer:
         max_calls_per_worker: int = 0,
         max_worker_rss_mb: float = 0.0,
         sync_pool: Callable[..., SyncVerifiers] | None = None,
+        own_pool: Callable[..., Any] | None = None,
         row_verifiers: bool = True,
     ) -> None:
         if not verifiers:
@@ -129,10 +135,12 @@ class RewardScorer:
         self._all_rows = [name for name, policy in self._policies.items() if policy.all_rows]
         self._streak = TimeoutStreak(max_consecutive_timeouts, timeout_s)
         pool = sync_pool if sync_pool is not None and sync_specs and num_workers > 0 else SyncVerifiers
-        self._sync = pool(
-            sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size,
-            max_calls_per_worker=max_calls_per_worker, max_worker_rss_mb=max_worker_rss_mb, on_unit=self._heard,
+        self._sync = build_sync_pools(
+            sync_specs, self._policies, num_workers if sync_specs else 0, timeout_s, chunk_size, shared=pool,
+            own=own_pool, max_calls_per_worker=max_calls_per_worker, max_worker_rss_mb=max_worker_rss_mb,
+            on_unit=self._heard,
         )
+        self._rescalers = Rescalers(self._specs, self._policies)
         self._streak.on_trip = self._sync.abort
         self.num_workers = self._sync.num_workers
         self.timeout_s = timeout_s
@@ -163,19 +171,7 @@ class RewardScorer:
         **overrides: Any,
     ) -> RewardScorer:
         """A scorer configured by a ``[scoring]`` section; ``overrides`` replace single arguments."""
-        kwargs: dict[str, Any] = {
-            "num_workers": scoring.num_workers,
-            "timeout_s": scoring.timeout_s,
-            "verification_reward": scoring.verification_reward,
-            "max_error_rate": scoring.max_error_rate,
-            "error_window": scoring.error_window,
-            "error_min_calls": scoring.error_min_calls,
-            "max_logged_errors": scoring.max_logged_errors,
-            "max_consecutive_timeouts": scoring.max_consecutive_timeouts,
-            "max_calls_per_worker": scoring.max_calls_per_worker,
-            "max_worker_rss_mb": scoring.max_worker_rss_mb,
-            "row_verifiers": scoring.row_verifiers,
-        }
+        kwargs: dict[str, Any] = attrs.asdict(scoring, recurse=False)  # its fields are arguments of __init__
         kwargs.update(overrides)
         return cls(verifiers, default_verifier=default_verifier, **kwargs)
 
@@ -223,17 +219,33 @@ class RewardScorer:
         """Start every worker now (in parallel) instead of on the first :meth:`score`."""
         self._sync.start()
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (and ``load_state_dict`` restores): rescalers' running state."""
+        return self._rescalers.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._rescalers.load_state_dict(state)
+
+    def placement(self) -> list[dict[str, Any]]:
+        """Where each verifier runs: ``{"verifiers", "where", ...}`` per pool (``pipeline.json``)."""
+        on_loop = [n for n, p in self._policies.items() if p.is_async]
+        here = [{"verifiers": on_loop, "where": "training process (event loop)"}] if on_loop else []
+        return [*self._sync.describe(), *here]
+
     async def score(
         self,
         rows: Sequence[Mapping[str, Any]],
         completions: Sequence[str],
         finish_reasons: Sequence[str] | None = None,
         num_tokens: Sequence[int] | None = None,
+        *,
+        training: bool = True,
     ) -> ScoredBatch:
         """Score ``completions[i]`` against ``rows[i]``; never blocks the event loop.
 
         ``finish_reasons[i]`` / ``num_tokens[i]``, when given, reach the verifiers in the row
-        mapping under ``"finish_reason"`` / ``"num_tokens"``. Returns the results in order, with
+        mapping under ``"finish_reason"`` / ``"num_tokens"``. ``training=False`` (evaluations):
+        rescaled verifiers' running statistics are used, not updated. Returns the results in order, with
         the metrics of *this* call (so concurrent calls -- groups of several batches in flight,
         an evaluation -- never mix their statistics). Failures are logged and count toward the
         error-rate limit: raises :class:`~grpo_run.core.errors.RunError` when a verifier's error
@@ -263,7 +275,7 @@ class RewardScorer:
             if row_errors[i]:
                 stats.add_row_error()
                 self._log_failure("row cannot be fully scored", None, row, "; ".join(row_errors[i]))
-        outcomes = await self._run(calls) if calls else []
+        outcomes = self._rescalers.apply(calls, await self._run(calls), training) if calls else []
         self._streak.check()
         results = self._combine(rows, planned, outcomes, row_errors, stats)
         gated = sum(r.gated for r in results)
@@ -286,7 +298,7 @@ class RewardScorer:
             return
         self._closed = True
         if self._async.built:
-            self._close_async_outside_loop()
+            self._async.close_outside_loop()
         self._sync.close()
 
     def __enter__(self) -> RewardScorer:
@@ -369,7 +381,7 @@ class RewardScorer:
         async_units = group_units(calls, async_idx, 1, self._policies)
         sync_done, async_done = await asyncio.gather(
             self._sync.run([[calls[i] for i in u] for u in sync_units]),
-            self._async.run([[calls[i] for i in u] for u in async_units]) if async_units else _no_outcomes(),
+            self._async.run([[calls[i] for i in u] for u in async_units]),
         )
         outcomes: list[CallOutcome] = [None] * len(calls)  # type: ignore[list-item]
         for units, done in ((sync_units, sync_done), (async_units, async_done)):
@@ -377,21 +389,3 @@ class RewardScorer:
                 for i, outcome in zip(unit, unit_outcomes, strict=True):
                     outcomes[i] = outcome
         return outcomes
-
-    def _close_async_outside_loop(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        try:
-            if loop is None:
-                asyncio.run(self._async.aclose())
-            else:  # closed from inside a loop without aclose(): finish in the background
-                self._closing = loop.create_task(self._async.aclose())
-        except Exception as exc:  # shutting down: report, keep closing the rest
-            logger.warning("closing async verifiers failed", error=f"{type(exc).__name__}: {exc}")
-
-
-async def _no_outcomes() -> list[list[CallOutcome]]:
-    return []
-

@@ -92,8 +92,20 @@ class SyncVerifiers:
     def worker_pids(self) -> list[int]:
         return [pid for pid in (w.pid for w in self._workers) if pid is not None]
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Where these verifiers run (the run's ``pipeline.json``): one entry, or none without verifiers."""
+        if not self._specs:
+            return []
+        where = "worker processes" if self.num_workers else "training process"
+        return [{"verifiers": list(self._specs), "where": where, "pids": self.worker_pids if self.num_workers
+                 else [os.getpid()]}]
+
     def start(self) -> None:
-        """Start every worker now (in parallel) and wait until all are ready."""
+        """Start every worker now (in parallel) and wait until all are ready; with no workers,
+        build the verifiers here now."""
+        if self.num_workers == 0:
+            self._build_local()
+            return
         ready = [Future() for _ in self._workers]
         self._start_drivers(ready)
         for future in ready:
@@ -228,10 +240,16 @@ class SyncVerifiers:
                 start, chunk, filled = index + 1, [], 0
         return chunks
 
-    def _run_local(self, units: list[Unit]) -> list[list[CallOutcome]]:
+    def _build_local(self) -> dict[str, Any]:
         if self._local_verifiers is None:
-            self._local_verifiers = build_verifiers(self._specs)
-        outcomes = run_units(self._local_verifiers, self._policies, units)
+            try:
+                self._local_verifiers = build_verifiers(self._specs)
+            except Exception as exc:  # as a worker that cannot start: one line, not a traceback
+                raise RunError(f"the verifiers could not be built: {type(exc).__name__}: {exc}") from None
+        return self._local_verifiers
+
+    def _run_local(self, units: list[Unit]) -> list[list[CallOutcome]]:
+        outcomes = run_units(self._build_local(), self._policies, units)
         if self._on_unit is not None:
             for unit, unit_outcomes in zip(units, outcomes, strict=True):
                 self._on_unit(unit, unit_outcomes)

@@ -104,7 +104,7 @@ def outcomes_of(results: Sequence[Any], latency_s: float, policy: VerifierPolicy
     outcomes = []
     for result in results:
         try:
-            score, applicable, metrics = _unpack(result, policy.score_range)
+            score, applicable, metrics = _unpack(result, policy.returned_range)
         except (TypeError, ValueError) as exc:
             outcomes.append(CallOutcome(0.0, latency_s, error=str(exc)))
         else:

@@ -11,6 +11,7 @@ from grpo_run.plugins.verifiers.length import LengthVerifier
 from grpo_run.plugins.verifiers.math import MathVerifier
 from grpo_run.plugins.verifiers.non_stop_penalty import NonStopPenaltyVerifier
 from grpo_run.plugins.verifiers.reasoning_gym import ReasoningGymVerifier
+from grpo_run.plugins.verifiers.reward_model import RewardModelVerifier
 
 
 @hookimpl
@@ -24,3 +25,4 @@ def grpo_run_register_verifiers(register: Registrar) -> None:
     register(JudgeVerifier)
     register(IFEvalVerifier)
     register(ReasoningGymVerifier)
+    register(RewardModelVerifier)
