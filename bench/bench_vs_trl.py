@@ -161,7 +161,7 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: in
         "weights": weights,
         "peak_gib": _peak_gib(),
         # The memory plan's peak of the trainer process at each step's own batch (grpo-run plan).
-        "planned_gib": max((r.get("memory/planned_gib", 0.0) for r in rows), default=0.0),
+        "planned_gib": max((r.get("perf/planned_memory_gib", 0.0) for r in rows), default=0.0),
     }
 
 

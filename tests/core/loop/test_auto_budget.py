@@ -61,8 +61,8 @@ def test_an_automatic_budget_bounds_the_peak_of_a_real_run(tmp_path: Path, model
     bounded = _run(tmp_path, model, "auto", {"max_memory_gib": 1.2})
     assert "token budget" in bounded["out"] and "learner.max_memory_gib" in bounded["out"]
     assert bounded["perf/micro_batches"] >= 2
-    assert bounded["memory/peak_gib"] <= 1.25 * 1.2  # the limit, within the plan's stated accuracy
-    assert bounded["memory/planned_gib"] == pytest.approx(bounded["memory/peak_gib"], rel=0.25)
+    assert bounded["perf/peak_memory_gib"] <= 1.25 * 1.2  # the limit, within the plan's stated accuracy
+    assert bounded["perf/planned_memory_gib"] == pytest.approx(bounded["perf/peak_memory_gib"], rel=0.25)
     whole = _run(tmp_path, model, "whole", {"max_tokens_per_forward": 0})
     assert whole["perf/micro_batches"] == 1
-    assert whole["memory/peak_gib"] >= bounded["memory/peak_gib"] + 0.3, (whole, bounded)
+    assert whole["perf/peak_memory_gib"] >= bounded["perf/peak_memory_gib"] + 0.3, (whole, bounded)

@@ -168,15 +168,15 @@ class Learner:
         out["perf/micro_batches"] = float(sum(len(parts) for parts in micro)) / max(1, len(micro))
         out["perf/learner_tokens_per_s"] = real * alg.num_epochs / max(elapsed, 1e-9)
         out["perf/learner_s"] = elapsed
-        out["memory/token_budget"] = float(self.forward_tokens)
-        out["memory/peak_gib"] = peak_bytes(str(param.device)) / 2**30
+        out["perf/token_budget"] = float(self.forward_tokens)
+        out["perf/peak_memory_gib"] = peak_bytes(str(param.device)) / 2**30
         if self.spec.budget_plan is not None:
             largest = max((p.batch.num_real_tokens for parts in micro for p in parts if p.rows), default=0)
             passes = recompute_old or self._use_kl
             lp_tokens = min(max(b.num_real_tokens for b in mini_batches), self.logprob_forward_tokens or 2**62)
             planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0,
                                                  micro_batches=max(len(parts) for parts in micro))
-            out["memory/planned_gib"] = planned / 2**30
+            out["perf/planned_memory_gib"] = planned / 2**30
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
         rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}
         return self.strategy.combine_metrics(out, rank_totals)

@@ -161,9 +161,9 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         scorer_started = starter.submit(scorer.start if apart else lambda: None)
         try:
             spec = learner_spec(cfg, host, model_path, tokenizer.pad_token_id, policy_from)
-            spec, budget_note = with_budget_plan(cfg, registry, spec, model_path)
+            spec = with_budget_plan(cfg, registry, spec, model_path)
             learner = placement.learner_group(spec, cfg.learner, cfg.run.seed)
-            budget_note = budget_note or learner.budget_line
+            budget_note = learner.budget_line
             engine = placement.engines(
                 registry.get(ENGINE, cfg.engine.name),
                 cfg.engine.config,

@@ -17,6 +17,7 @@ from grpo_run.core.memory.plan import LearnerLoad, MicroBatchCosts, activation_b
 from grpo_run.core.memory.run_plan import PlanInputs, RunPlan, learner_load, plan_run, rollout_shape
 from grpo_run.core.memory.shapes import ModelShape
 from grpo_run.core.plugins.registry import ComponentRegistry
+from grpo_run.core.runlog import get_logger
 
 LOADED_PARTS = ("weights", "LoRA adapters", "reference policy")
 """Parts a learner has loaded by the time it chooses its budget."""
@@ -50,10 +51,11 @@ def plan_inputs(cfg: RunConfig, spec: LearnerSpec, config: Any, *, device: str, 
     )
 
 
-def with_budget_plan(cfg: RunConfig, registry: ComponentRegistry, spec: LearnerSpec, model_path: str) -> tuple[LearnerSpec, str | None]:
+def with_budget_plan(cfg: RunConfig, registry: ComponentRegistry, spec: LearnerSpec, model_path: str) -> LearnerSpec:
     """``spec`` with its share of the memory plan (for an ``"auto"`` budget, and the planned peak
     each step reports), or, where even a generous upper bound of a whole mini-batch fits, with no
-    bound for an ``"auto"`` budget and no plan (the console line saying so is returned)."""
+    bound for an ``"auto"`` budget and no plan (said in the log). The console line, if any, is the
+    learner's, once it has chosen."""
     import psutil
 
     config = model_config(model_path, cfg)
@@ -70,16 +72,17 @@ def with_budget_plan(cfg: RunConfig, registry: ComponentRegistry, spec: LearnerS
     whole = rough.micro_batches(0)[0]
     if plan.largest_budget >= whole and plan.largest_logprob_budget >= whole:
         if AUTO not in (spec.forward_tokens, spec.logprob_forward_tokens):
-            return spec, None
+            return spec
         budgets = {"forward_tokens": 0 if spec.forward_tokens == AUTO else spec.forward_tokens,
                    "logprob_forward_tokens": 0 if spec.logprob_forward_tokens == AUTO else spec.logprob_forward_tokens}
         line = (f"token budget: none needed: a whole mini-batch ({whole:,} tokens) needs at most "
                 f"{gib(plan.device_peak(plan.processes[0].device))} of {gib(usable_bytes(device, capacity))} usable")
-        return attrs.evolve(spec, **budgets), line
+        get_logger().info("token_budget", tokens=0, line=line)  # the log only: nothing for the console to say
+        return attrs.evolve(spec, **budgets)
     inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime,
                          both_checkpointing=False)
     return attrs.evolve(spec, budget_plan=budget_plan(plan_run(cfg, registry, inputs), learner_load(cfg, inputs), whole,
-                                                  cfg.learner.max_memory_gib)), None
+                                                  cfg.learner.max_memory_gib))
 
 
 def budget_plan(plan: RunPlan, load: LearnerLoad, whole: int, limit: float | None = None) -> BudgetPlan:

@@ -74,7 +74,7 @@ def combine_rank_metrics(ranks: Sequence[tuple[Mapping[str, float], Mapping[str,
             out[key] = metrics0[key]
         elif key in SHARE_METRICS:
             out[key] = sum(m.get(key, 0.0) for m, _ in ranks) / len(ranks)
-        elif key in ("perf/learner_s", "memory/peak_gib"):
+        elif key in ("perf/learner_s", "perf/peak_memory_gib"):
             out[key] = max(m[key] for m, _ in ranks)
         elif key in ("perf/learner_tokens_per_s", "packing/shared_prompt_tokens"):
             out[key] = sum(m.get(key, 0.0) for m, _ in ranks)
