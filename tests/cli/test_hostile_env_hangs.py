@@ -104,10 +104,10 @@ def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(t
     assert done.returncode == 1 and "Traceback" not in done.output, done.output
     assert any("still waiting" in line and "environment 'hanging-sync-step': " in line
                and "hung call(s) abandoned" in line for line in done.lines), done.output
-    assert re.fullmatch(r"run stopped: environment 'hanging-sync-step': \d+ synchronous calls "
+    stop = re.fullmatch(r"run stopped: environment 'hanging-sync-step': (\d+) synchronous calls "
                         r"hang, still running 10 s after their environment.step_timeout_s = 1 \(step in tool "
-                        r"'hanging-tool' \d+x; at most 2 may, .*\): .*",
-                        done.lines[-1]), done.lines[-1]
+                        r"'hanging-tool' (\d+)x; at most 2 may, .*\): .*", done.lines[-1])
+    assert stop and stop.group(1) == stop.group(2), done.lines[-1]  # the calls named are those that hang
 
 
 def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path, tiny_model_dir):
@@ -130,19 +130,38 @@ def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path,
     ]
 
 
-def test_a_first_sigterm_ends_an_agent_deadlocked_on_its_own_endpoint(tmp_path):
-    """A synchronous HTTP client inside the agent's ``async def``: its request waits for the loop
-    it holds. Named while it holds it; one SIGTERM ends the run (it took two, saving nothing)."""
+def _agent_config(tmp_path: Path, function: str, logging: dict | None = None, **environment) -> tuple[Path, Path]:
+    """The agent example with ``function``, 2 x 4 episodes, 2 steps: (config, run directory)."""
     pytest.importorskip("openai")
     pytest.importorskip("uvicorn")
     cfg = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
-    cfg["environment"].update(function="support.hostile_agents:sync_client", step_timeout_s=5)
+    cfg["environment"].update(function=function, **environment)
     cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4)
     cfg["train"].update(total_steps=2, local_eval_every=0)
     cfg["train"].pop("stop_at_eval_accuracy")
-    cfg["logging"] = {"progress": False}
-    path, run = tmp_path / "agent.toml", tmp_path / "run"
+    cfg["logging"] = {"progress": False, **(logging or {})}
+    path = tmp_path / "agent.toml"
     path.write_text(dumps_toml(cfg), encoding="utf-8")
+    return path, tmp_path / "run"
+
+
+def test_the_waiting_lines_of_a_hung_agent_name_it_and_say_it_is_in_its_own_code(tmp_path):
+    """An agent awaiting something that never comes: the ``still waiting`` lines said only
+    ``batch 1 generating``; now they name the agent's function and where its episodes are."""
+    path, run = _agent_config(tmp_path, "support.agent_envs:forever", {"report_waits_s": 1}, episode_timeout_s=4)
+    done = run_grpo([str(path), "--output-dir", str(run)], limit_s=90)
+
+    assert done.returncode == 1 and "Traceback" not in done.output, done.output
+    assert any(re.search(r"still waiting \(\d+ s without progress\): .*environment 'agent' \(support.agent_envs:forever\): "
+                         r"8 episode\(s\) in run_episode, 8 of them in its own code \(not waiting for the policy\), "
+                         r"the longest for \d+ s", line) for line in done.lines), done.output
+    assert "the environment's own time in the episode passed environment.episode_timeout_s = 4 " in done.lines[-1]
+
+
+def test_a_first_sigterm_ends_an_agent_deadlocked_on_its_own_endpoint(tmp_path):
+    """A synchronous HTTP client inside the agent's ``async def``: its request waits for the loop
+    it holds. Named while it holds it; one SIGTERM ends the run (it took two, saving nothing)."""
+    path, run = _agent_config(tmp_path, "support.hostile_agents:sync_client", step_timeout_s=5)
     done = run_grpo([str(path), "--output-dir", str(run)], when=lambda out: "has held the event loop" in out,
                     signals=[(signal.SIGTERM, 0.0)], limit_s=60)
 

@@ -4,9 +4,9 @@ installed distribution (a ``.dist-info`` with the ``grpo_run`` entry point), so 
 finds it as it finds any plugin package.
 
 ``kinds``: the bad values, handed to the rows in the order the rows are first reset (row 0 the
-first kind, ...; once all were given, rows get them again). ``every``: only every ``every``-th
-row gets one; the others play a normal episode (reward 0.5, or 0.0 for a reply that is not
-digits, so groups have a spread).
+first kind, ...; once all were given, rows get them again); none (``kinds = []``): every episode
+is normal, every call returns at once. ``every``: only every ``every``-th row gets one; the others
+play a normal episode (reward 0.5, or 0.0 for a reply that is not digits, so groups have a spread).
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ class HostileEnv:
         self._lock = threading.Lock()
 
     def kind_of(self, row: Any) -> str | None:
+        if not self.config.kinds:  # well-behaved: every episode plays normally
+            return None
         with self._lock:
             if row.get("id") not in self._rows:
                 i = len(self._rows)

@@ -118,7 +118,7 @@ def test_the_endpoint_answers_a_malformed_body_with_400_and_a_message():
 
 @pytest.mark.parametrize("function, match, timed_out", [
     ("broken", "the agent support.agent_envs:broken raised RuntimeError: the agent broke", False),
-    ("forever", "the episode ran longer than environment.episode_timeout_s = 1", True),
+    ("forever", "the environment's own time in the episode passed environment.episode_timeout_s = 1 ", True),
 ])
 def test_an_agent_that_raises_or_overruns_fails_its_episode(tokenizer, function, match, timed_out):
     with pytest.raises(EpisodeFailed, match=match) as info:

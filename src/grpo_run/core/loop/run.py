@@ -164,6 +164,8 @@ def train(
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
                 library_output.take_over()  # the loggers of libraries the build imported
                 parts.scorer.show_warnings_with(progress.warning)
+                if parts.evaluator is not None:
+                    parts.evaluator.warn = progress.warning  # an evaluation whose every episode failed
                 if (runner := getattr(parts.producer, "runner", None)) is not None:
                     runner.processes.warn = progress.warning  # processes an episode left behind
                 for note in parts.notes:

@@ -7,8 +7,9 @@ policy through any OpenAI-compatible client for as many turns as it likes and re
 episode's reward. Every request is sampled through the episode's :class:`grpo_run.Chat`, so the
 episode trains on exactly the sampled ids, masked and segmented like any other episode.
 
-A malformed request is answered with HTTP 400 and drops the episode; so do an agent that raises
-or runs past ``environment.episode_timeout_s`` (the run goes on; the drop is counted).
+A malformed request is answered with HTTP 400 and drops the episode; so does an agent that raises,
+or whose own code (time not spent waiting for the policy's answers) runs past
+``environment.episode_timeout_s`` (the run goes on; the drop is counted).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class AgentEnvironment:
         from grpo_run.plugins.environments.agent_server import EpisodeServer
 
         self.config = config
+        self.label = config.function
+        """How the run's messages name this environment's code (``still waiting`` lines)."""
         self.function = load_agent_function(config.function)
         self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight)
 
