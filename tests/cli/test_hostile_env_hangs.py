@@ -95,6 +95,27 @@ def test_a_first_sigterm_stops_a_run_whose_loop_is_held_for_good(tmp_path, monke
     assert (run / "checkpoints" / f"step_{step + 1}" / "model.safetensors").exists()
 
 
+def test_a_step_that_holds_the_loop_past_the_limit_stops_the_run_by_itself_saving_the_last_step(tmp_path,
+                                                                                                 monkeypatch):
+    """Nobody presses Ctrl-C: after train.max_loop_hold_s the run saves what it can, as on SIGTERM,
+    says what held the loop and exits 1 (it warned every 10 s, for as long as nobody came)."""
+    monkeypatch.setenv("HOSTILE_FREE_STEPS", "16")  # step 1's episodes (8, at most 2 turns) behave
+    cfg = _config(tmp_path, "blocking-async-step", total_steps=6)
+    text = cfg.read_text() + "\n"
+    cfg.write_text(text.replace("[train]\n", "[train]\nmax_loop_hold_s = 3\n"), encoding="utf-8")
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)], limit_s=90)
+
+    assert done.returncode == 1 and "Traceback" not in done.output and done.leftovers == [], done.output
+    stop = re.fullmatch(r"run stopped: environment 'blocking-async-step' step has held the event loop for more "
+                        r"than train.max_loop_hold_s = 3 s: nothing else runs until it returns, .*; checkpoint "
+                        r"(\S+)", done.lines[-2])
+    assert stop, done.lines[-2]
+    checkpoint = Path(stop.group(1))
+    assert checkpoint.parent == run / "checkpoints" and (checkpoint / "model.safetensors").exists()
+    assert done.lines[-1] == f"resume with: grpo-run train {cfg} --output-dir {run} --resume {checkpoint}"
+
+
 def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTILE_EVERY", "2")  # half the calls hang: the run goes on, some episodes succeed
     cfg = _config(tmp_path, "hanging-sync-step", total_steps=30, tools=("hanging-tool",), workers=2, step_timeout_s=1,

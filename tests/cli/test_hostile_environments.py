@@ -156,3 +156,50 @@ def test_grpo_run_eval_of_a_checkpoint_whose_every_episode_fails_is_an_error_not
     assert out == "" and "Traceback" not in err
     assert err.splitlines()[-1].startswith("run stopped: the evaluation before training: all 4 greedy episodes failed, "
                                            "so there is no eval/accuracy: environment 'hostile' failed"), err
+
+
+@pytest.fixture
+def hostile_path(tmp_path, monkeypatch):
+    """``grpo-run-hostile`` installed for the ``grpo-run`` subprocesses."""
+    root = install(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.mark.parametrize("kind, call", [("step-os-exit", "step"), ("finish-os-exit", "finish")])
+def test_an_environment_that_ends_the_trainer_process_is_named_as_the_run_ends(tmp_path, hostile_path, kind, call):
+    """``os._exit(7)`` inside ``step`` (on a thread) or ``async def finish`` (on the event loop):
+    the run ended with exit 7 and only the run directory on the console."""
+    cfg = _config(tmp_path, [kind], prompts=4, every=4)
+    done = run_grpo([str(cfg), "--output-dir", str(tmp_path / "run")])
+
+    assert done.returncode == 7 and "Traceback" not in done.output, done.output
+    assert done.lines[-1] == (
+        f"run ended: environment 'hostile' {call} called os._exit(7), which ends the trainer process at once: "
+        f"nothing since the last checkpoint is saved. Environment code runs in the trainer; with "
+        f'environment.isolation = "process" it runs in worker processes, where this fails only its episodes')
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "environment_ended_process"
+
+
+def test_a_crash_inside_an_environment_shows_where_each_thread_was_the_environments_step_among_them(
+        tmp_path, hostile_path):
+    """A segmentation fault in ``step`` (a C extension's bug): no Python code runs after it, but
+    the fatal-error report names the environment's frame (it was silent, exit -11)."""
+    cfg = _config(tmp_path, ["step-segfault"], prompts=4, every=4)
+    done = run_grpo([str(cfg), "--output-dir", str(tmp_path / "run")])
+
+    assert done.returncode == -11, done.output
+    assert "Fatal Python error: Segmentation fault" in done.output
+    assert re.search(r'File ".*grpo_run_hostile\.py", line \d+ in step', done.output), done.output
+
+
+def test_with_isolation_process_an_environment_that_ends_its_process_fails_only_its_episodes(tmp_path, hostile_path):
+    cfg = _config(tmp_path, ["step-os-exit-once"], prompts=4, environment={"isolation": "process", "workers": 2,
+                  "once_file": str(tmp_path / "exited")}, scoring={"max_error_rate": 1.0})
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)])
+
+    assert done.returncode == 0 and "Traceback" not in done.output and done.leftovers == [], done.output
+    assert sum(m["env/error_rate"] for m in _metrics(run)) > 0
+    assert re.search(r"environment step raised WorkerCallError: the environment worker \(pid \d+\) died "
+                     r"\(exit code 7\)", (run / "log.jsonl").read_text())

@@ -21,6 +21,7 @@ User mistakes print a clear message and exit 2, never a traceback. A run stopped
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import shlex
 import sys
@@ -181,6 +182,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.loop.run import default_run_dir, train
     from grpo_run.core.loop.rundir import run_dir_of_resume_path
 
+    faulthandler.enable()  # a crash in environment or extension code prints where each thread was (env_exit.py)
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
     with live_page(run_dir, cfg.logging.dashboard_port):

@@ -98,3 +98,34 @@ def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Check
     log.info("run_end", status="interrupted")
     log_file.flush()
     return lines
+
+
+def stop_held_too_long(holder: str, limit_s: float, loop: Any, checkpointer: Checkpointer,
+                       held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
+                       checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
+                       report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
+    """Code has held the event loop for ``train.max_loop_hold_s``: save if safe
+    (:func:`save_on_held_loop`); the lines to print before the process exits with 1 (none: the
+    loop is free again). ``report``: the CLI's lines for an interrupted run, the last of which is
+    the command that goes on."""
+    log = get_logger()
+    if held_by() is None:
+        return []
+    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from))
+    if saved is None:  # freed just now: the run goes on
+        loop.learner_held = False
+        return []
+    where = (f"checkpoint {saved.checkpoint}" if saved.checkpoint is not None
+             else "nothing to save (no step finished)")
+    lines = [f"run stopped: {holder} has held the event loop for more than train.max_loop_hold_s = {limit_s:g} s: "
+             f"nothing else runs until it returns, and it cannot be stopped from outside (a blocking call inside "
+             f"`async def`: await an async one, or make it a plain def); {where}"]
+    if saved.note:
+        lines.append(f"not saved: {saved.note}; the previous checkpoint is intact")
+    if report is not None:
+        lines += report(RunInterrupted("train.max_loop_hold_s", saved.step, saved.checkpoint, run_dir))[-1:]
+    log.error("run_failed", error=lines[0], held_by=holder, step=saved.step, not_saved=saved.note,
+              checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
+    log.info("run_end", status="failed")
+    log_file.flush()
+    return lines

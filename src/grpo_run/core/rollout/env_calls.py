@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from grpo_run.core.rollout import env_exit
+
 
 class EpisodeFailed(Exception):
     """An episode could not finish (the environment raised, overran or returned garbage)."""
@@ -41,11 +43,13 @@ def same(value: Any) -> Any:
     return value
 
 
-def checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any]
+def checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any], label: str
             ) -> tuple[Any, float, float]:
-    """``check(fn(*args))``, and the ``time.monotonic()`` when it began and returned (on this thread)."""
+    """``check(fn(*args))``, and the ``time.monotonic()`` when it began and returned, on this
+    thread, which runs environment code (``label``: ``environment 'x' step``) meanwhile."""
     began = time.monotonic()
-    return check(fn(*args)), began, time.monotonic()
+    with env_exit.inside(label):
+        return check(fn(*args)), began, time.monotonic()
 
 
 async def no_exit(awaitable: Any, what: str) -> Any:

@@ -40,7 +40,7 @@ from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
 from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.rollout import env_returns
+from grpo_run.core.rollout import env_exit, env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
 from grpo_run.core.rollout.env_calls import (
     BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, CallsInFlight, EpisodeFailed, checked as _checked,
@@ -101,6 +101,7 @@ class EpisodeRunner:
         """How messages name the environment (its optional ``label`` says more: the agent's function)."""
         self._watchdog = LoopWatchdog(self.monitor, min(settings.step_timeout_s, BLOCKED_WARN_S), self._report_blocked,
                                       describe=_describe_blocking, repeat_s=BLOCKED_REPEAT_S)
+        env_exit.watch(self.monitor)  # environment code's os._exit names the environment
         self.processes = processes if processes is not None else EnvironmentProcesses(getattr(env, "name", "?"))
         """The processes environment code starts: an episode's end when it is over, the rest at :meth:`close`."""
 
@@ -109,6 +110,7 @@ class EpisodeRunner:
         return self.settings.name
 
     def close(self) -> None:
+        env_exit.unwatch(self.monitor)
         self._watchdog.close()
         self.pool.close()
         self.processes.close()
@@ -375,8 +377,8 @@ class EpisodeRunner:
 
         try:
             result, began, ended = await self.pool.run(
-                self.processes.on_thread(owner, _checked), fn, args, check, timeout=self.settings.step_timeout_s,
-                what=what, on_start=started)
+                self.processes.on_thread(owner, _checked), fn, args, check, f"environment {self.name!r} {what}",
+                timeout=self.settings.step_timeout_s, what=what, on_start=started)
         except BaseException:
             if ran:
                 clock.pause()
