@@ -28,7 +28,7 @@ from support import faulty_verifiers as faulty
 from support.paths import EXAMPLES
 from support.hostile_envs import install
 from support.processes import run_grpo
-from support.runs import write_run
+from support.runs import agent_run, write_run
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -151,25 +151,12 @@ def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path,
     ]
 
 
-def _agent_config(tmp_path: Path, function: str, logging: dict | None = None, **environment) -> tuple[Path, Path]:
-    """The agent example with ``function``, 2 x 4 episodes, 2 steps: (config, run directory)."""
-    pytest.importorskip("openai")
-    pytest.importorskip("uvicorn")
-    cfg = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
-    cfg["environment"].update(function=function, **environment)
-    cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4)
-    cfg["train"].update(total_steps=2, local_eval_every=0)
-    cfg["train"].pop("stop_at_eval_accuracy")
-    cfg["logging"] = {"progress": False, **(logging or {})}
-    path = tmp_path / "agent.toml"
-    path.write_text(dumps_toml(cfg), encoding="utf-8")
-    return path, tmp_path / "run"
-
-
 def test_the_waiting_lines_of_a_hung_agent_name_it_and_say_it_is_in_its_own_code(tmp_path):
     """An agent awaiting something that never comes: the ``still waiting`` lines said only
     ``batch 1 generating``; now they name the agent's function and where its episodes are."""
-    path, run = _agent_config(tmp_path, "support.agent_envs:forever", {"report_waits_s": 1}, episode_timeout_s=4)
+    pytest.importorskip("openai")
+    path, run = agent_run(tmp_path, "support.agent_envs:forever", logging={"report_waits_s": 1},
+                          environment={"episode_timeout_s": 4})
     done = run_grpo([str(path), "--output-dir", str(run)], limit_s=90)
 
     assert done.returncode == 1 and "Traceback" not in done.output, done.output
@@ -182,7 +169,8 @@ def test_the_waiting_lines_of_a_hung_agent_name_it_and_say_it_is_in_its_own_code
 def test_a_first_sigterm_ends_an_agent_deadlocked_on_its_own_endpoint(tmp_path):
     """A synchronous HTTP client inside the agent's ``async def``: its request waits for the loop
     it holds. Named while it holds it; one SIGTERM ends the run (it took two, saving nothing)."""
-    path, run = _agent_config(tmp_path, "support.hostile_agents:sync_client", step_timeout_s=5)
+    pytest.importorskip("openai")
+    path, run = agent_run(tmp_path, "support.hostile_agents:sync_client", environment={"step_timeout_s": 5})
     done = run_grpo([str(path), "--output-dir", str(run)], when=lambda out: "has held the event loop" in out,
                     signals=[(signal.SIGTERM, 0.0)], limit_s=60)
 

@@ -221,6 +221,9 @@ def test_a_request_past_the_episodes_calls_in_flight_is_answered_429_at_once():
             await release.wait()
             raise EpisodeOver("the episode can take no more turns: done")
 
+        def turns_left(self):
+            return 1
+
     server = EpisodeServer(max_in_flight=1)
     server.start()
     try:

@@ -48,18 +48,23 @@ def save_on_held_loop(
     held_by: Callable[[], tuple[str, float] | None],
     checkpoint_of: Callable[[int], Path],
     start: tuple[int, Path | None],
+    held: bool = True,
 ) -> HeldLoopSave | None:
     """Save the last finished step if that is safe (see the module docstring). ``loop``: the
     :class:`~grpo_run.core.loop.scheduler.TrainingLoop`; ``checkpoint_of(step)``: its directory;
     ``start``: the step the run started at and the checkpoint it resumed from. None when the
-    loop is no longer held (it stops and saves on its own)."""
+    loop is no longer held (it stops and saves on its own). ``held = False``: the loop is not
+    held but slow to stop after it took a stop request (so no learner step can start): None
+    while a learner step runs (it finishes, and saves, first)."""
     loop.learner_held = True
-    if held_by() is None:
+    if held and held_by() is None:
         return None
     start_step, resumed_from = start
     step = loop.state.version
     previous = checkpoint_of(checkpointer.last_saved) if checkpointer.last_saved > start_step else resumed_from
     if loop.learner_busy is not None:
+        if not held:
+            return None
         return HeldLoopSave(step, previous, f"the learner was in step {loop.learner_busy}, which is not saved")
     if step <= start_step:
         return HeldLoopSave(step, resumed_from, None)
@@ -83,11 +88,12 @@ def loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
 def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Checkpointer,
                    held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
                    checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
-                   report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
-    """A first signal found the event loop held: save if safe (:func:`save_on_held_loop`); the
-    lines to print before the process exits (``report``: the CLI's lines for an interrupted run)."""
+                   report: Callable[[RunInterrupted], list[str]] | None, held: bool = True) -> list[str]:
+    """A first signal found the event loop held (or, ``held = False``, slow to stop): save if safe
+    (:func:`save_on_held_loop`); the lines to print before the process exits (``report``: the
+    CLI's lines for an interrupted run); none when the run should wait on."""
     log = get_logger()
-    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from))
+    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from), held)
     if saved is None:
         return []
     lines = [f"not saved: {saved.note}; the previous checkpoint is intact"] if saved.note else []

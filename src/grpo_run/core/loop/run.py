@@ -220,9 +220,9 @@ def train(
                 def checkpoint_of(step: int) -> Path:
                     return checkpoints_dir(cfg, run_dir) / f"step_{step}"
 
-                def stuck(signal_name: str, holder: str) -> list[str]:
+                def stuck(signal_name: str, holder: str, held: bool) -> list[str]:
                     return stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step, checkpoint,
-                                          checkpoint_of, run_dir, log_file, report_interrupted)
+                                          checkpoint_of, run_dir, log_file, report_interrupted, held)
 
                 def held_too_long(holder: str) -> list[str]:
                     return stop_held_too_long(holder, cfg.train.max_loop_hold_s, loop, checkpointer, held_by,
@@ -230,6 +230,7 @@ def train(
                                               report_interrupted)
                 state = asyncio.run(_drive(loop, parts, signals, waits, held_by=held_by, on_stuck=stuck,
                                            hold_limit_s=cfg.train.max_loop_hold_s, on_held_too_long=held_too_long))
+                signals.finishing()  # only now: asyncio.run's own end waits for every task left (an agent's)
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
             if loop.interrupted is not None:
@@ -326,7 +327,6 @@ async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, wait
         return await loop.run()
     finally:
         reporting.cancel()
-        signals.finishing()
         await parts.scorer.aclose()
 
 

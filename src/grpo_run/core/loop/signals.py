@@ -16,7 +16,10 @@ def``) would keep the request queued for good, and only a second signal would en
 nothing. So a first signal also starts a thread: when the loop has not taken the request within
 :data:`STUCK_GRACE_S` while known code holds it (``held_by``), that thread calls ``on_stuck``
 (which saves what can be saved safely and says what it could not), prints where the run stands,
-takes the child processes along and exits with :data:`EXIT_CODES`.
+takes the child processes along and exits with :data:`EXIT_CODES`. The same thread does so when
+the loop took the request but is still stopping :data:`SLOW_STOP_S` later with no learner step
+running: unwinding thousands of an agent's requests kept a first Ctrl-C from ending a run for
+minutes, and a second one saved nothing.
 
 Without any signal, code that holds the loop for ``train.max_loop_hold_s`` stops the run the same
 way (``on_held_too_long``), exiting with 1: it cannot be cancelled, and nothing else runs meanwhile.
@@ -50,6 +53,9 @@ EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it."""
 STUCK_GRACE_S = 2.0
 """How long a first signal waits for a held event loop to take the stop request."""
+SLOW_STOP_S = 10.0
+"""How long a first signal waits for a loop that took the stop request to finish stopping, while
+no learner step runs, before it stops the run from outside the loop."""
 
 
 class StopRequested(BaseException):
@@ -96,7 +102,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._taken = threading.Event()
         self._held_by: Callable[[], tuple[str, float] | None] | None = None
-        self._on_stuck: Callable[[str, str], list[str]] | None = None
+        self._on_stuck: Callable[[str, str, bool], list[str]] | None = None
         self._on_held_too_long: Callable[[str], list[str]] | None = None
         self._outside = threading.Lock()
         """Held by the one thread that stops the run from outside the loop (a signal's, or the hold limit's)."""
@@ -114,13 +120,14 @@ class StopSignals:
 
     def looping(self, loop: asyncio.AbstractEventLoop, request_stop: Callable[[str], Any], *,
                 held_by: Callable[[], tuple[str, float] | None] | None = None,
-                on_stuck: Callable[[str, str], list[str]] | None = None, hold_limit_s: float = 0.0,
+                on_stuck: Callable[[str, str, bool], list[str]] | None = None, hold_limit_s: float = 0.0,
                 on_held_too_long: Callable[[str], list[str]] | None = None) -> None:
         """The training loop runs on ``loop``: a first signal calls ``request_stop(name)`` there.
 
         ``held_by()``: what holds the loop right now and for how long (None: nothing known).
-        ``on_stuck(signal_name, holder)``: called on another thread when the loop stays held after
-        a first signal; saves what it safely can and returns the lines to print before exiting.
+        ``on_stuck(signal_name, what, held)``: called on another thread when the loop stays held
+        after a first signal (``held``), or is slow to stop; saves what it safely can and returns
+        the lines to print before exiting (none: wait on).
         ``on_held_too_long(holder)``: the same when known code has held the loop for
         ``hold_limit_s`` (0: never), without a signal; the process then exits with 1. It returns
         no lines when the loop is free again (the run goes on)."""
@@ -162,28 +169,34 @@ class StopSignals:
             raise StopRequested(name)
 
     def _watch_held_loop(self, name: str) -> None:
-        """A first signal's request waits on the loop; when known code keeps holding the loop,
-        stop from this thread instead (saving what :attr:`_on_stuck` can)."""
+        """A first signal's request waits on the loop; when known code keeps holding the loop, or
+        the loop took the request but is still stopping :data:`SLOW_STOP_S` later with no learner
+        step running (a flood of an agent's requests to unwind), stop from this thread instead
+        (saving what :attr:`_on_stuck` can)."""
         since = time.monotonic()
-        while not self._taken.wait(0.1):
+        while True:
+            time.sleep(0.1)
             held_by, on_stuck = self._held_by, self._on_stuck
             if held_by is None or on_stuck is None:
                 return  # the loop is over: the run is finishing normally
-            held = held_by()
-            if held is None or time.monotonic() - since < STUCK_GRACE_S:
+            waited = time.monotonic() - since
+            held = held_by() if not self._taken.is_set() else None
+            if held is not None and waited >= STUCK_GRACE_S:
+                what = f"{held[0]} has held the event loop for {held[1]:.0f} s"
+            elif self._taken.is_set() and waited >= SLOW_STOP_S:
+                what = f"the run is still stopping {waited:.0f} s after it (its event loop is busy)"
+            else:
                 continue
-            holder, seconds = held
-            what = f"{holder} has held the event loop for {seconds:.0f} s"
             if not self._outside.acquire(blocking=False):
                 return  # the hold limit is stopping the run already
-            self.notice(f"{name}: {what}; stopping from outside the loop")
             try:
-                lines = on_stuck(name, what)
+                lines = on_stuck(name, what, held is not None)
             except BaseException as exc:  # noqa: BLE001 - exiting anyway; the previous checkpoint stands
                 lines = [f"could not save ({type(exc).__name__}: {exc}); the previous checkpoint is intact"]
-            if self._taken.is_set():
+            if not lines or (held is not None and self._taken.is_set()):
                 self._outside.release()
-                return  # the loop woke up meanwhile and stops on its own
+                continue  # the loop woke up and stops on its own, or a learner step is still to finish
+            self.notice(f"{name}: {what}; stopping from outside the loop")
             self._exit_with(lines, EXIT_CODES.get(name, 130))
 
     def _watch_hold_limit(self, limit_s: float) -> None:

@@ -107,6 +107,9 @@ class ChatSession:
             if not self.pending:
                 self.own_since = time.monotonic()
 
+    def turns_left(self) -> int:
+        return 0 if self.over is not None else max(0, self.settings.max_turns - self.started)
+
     def _check_open(self) -> None:
         if self.over is not None:
             raise EpisodeOver(f"the episode can take no more turns: {self.over}")

@@ -60,7 +60,12 @@ class AgentConfig:
     """A request body larger than this is answered with HTTP 413 and drops the episode."""
     max_requests_in_flight: int = attrs.field(default=16, validator=attrs.validators.gt(0))
     """Requests of one episode served at once (they take their turns one by one); one more is
-    answered with HTTP 429 at once (OpenAI clients retry it)."""
+    answered with HTTP 429 at once and its connection closed (OpenAI clients retry it)."""
+    max_connections: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """Connections the endpoint holds open at once, all episodes together; one more is answered
+    with HTTP 503 at once and closed (OpenAI clients retry it). 0: an eighth of the process's
+    open-file limit (its soft limit, lifted to the hard one): the agent's own end of each
+    connection takes a file of the trainer process too."""
 
 
 class AgentEnvironment:
@@ -76,7 +81,7 @@ class AgentEnvironment:
         self.label = config.function
         """How the run's messages name this environment's code (``still waiting`` lines)."""
         self.function = load_agent_function(config.function)
-        self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight)
+        self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight, config.max_connections)
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult:
         if self.server.port == 0:
