@@ -89,10 +89,10 @@ def run_grpo(
         output += proc.stdout.read() or b""
     finally:
         if proc.poll() is None:
-            _kill_session(proc.pid)
+            kill_session(proc.pid)
             proc.wait()
     leftovers = _wait_for_empty_session(proc.pid, settle_s)
-    _kill_session(proc.pid)
+    kill_session(proc.pid)
     return Finished(proc.returncode, output.decode(errors="replace"),
                     ended - first_signal if first_signal else None, leftovers)
 
@@ -121,7 +121,8 @@ def _wait_for_empty_session(sid: int, seconds: float) -> list[str]:
     return described
 
 
-def _kill_session(sid: int) -> None:
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session ``sid`` (one these helpers started)."""
     for proc in _session(sid):
         try:
             proc.send_signal(signal.SIGKILL)
