@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 
 class EpisodeClock:
@@ -81,23 +81,13 @@ class EpisodeClock:
                 self.pause()
                 self._timeout = None
 
-    @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self) -> contextlib.AbstractContextManager[None]:
         """The episode waits in the block (for the policy): the clock stands still."""
-        self.pause()
-        try:
-            yield
-        finally:
-            self.resume()
+        return _between(self.pause, self.resume)
 
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[None]:
+    def counting(self) -> contextlib.AbstractContextManager[None]:
         """The environment's code runs in the block (an ``async def`` call): the clock runs."""
-        self.resume()
-        try:
-            yield
-        finally:
-            self.pause()
+        return _between(self.resume, self.pause)
 
     def add(self, seconds: float) -> None:
         """Count ``seconds`` of environment time that ran while the clock stood still (a call whose
@@ -132,3 +122,12 @@ class EpisodeClock:
             return  # the episode is over (a request of an agent's may come back later)
         self._since = now
         self._timeout.reschedule(now + max(0.0, self.limit_s - self._used))
+
+
+@contextlib.contextmanager
+def _between(first: Callable[[], None], then: Callable[[], None]) -> Iterator[None]:
+    first()
+    try:
+        yield
+    finally:
+        then()
