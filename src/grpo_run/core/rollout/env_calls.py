@@ -43,19 +43,33 @@ def same(value: Any) -> Any:
     return value
 
 
-def checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any], label: str
-            ) -> tuple[Any, float, float]:
-    """``check(fn(*args))``, and the ``time.monotonic()`` when it began and returned, on this
-    thread, which runs environment code (``label``: ``environment 'x' step``) meanwhile."""
-    began = time.monotonic()
-    with env_exit.inside(label):
-        return check(fn(*args)), began, time.monotonic()
+class CallTiming:
+    """When a call's environment code began and ended (``time.monotonic()``), as the thread
+    running it saw them; None while not yet."""
+
+    __slots__ = ("began", "ended")
+
+    def __init__(self) -> None:
+        self.began: float | None = None
+        self.ended: float | None = None
+
+
+def checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any], label: str,
+            timing: CallTiming) -> Any:
+    """``check(fn(*args))`` on this thread, which runs environment code (``label``: ``environment
+    'x' step``) meanwhile; ``timing`` records when."""
+    timing.began = time.monotonic()
+    try:
+        with env_exit.inside(label):
+            return check(fn(*args))
+    finally:
+        timing.ended = time.monotonic()
 
 
 async def no_exit(awaitable: Any, what: str) -> Any:
-    """``await awaitable``, with ``SystemExit``/``KeyboardInterrupt`` as an :class:`EpisodeFailed`:
-    ``asyncio.wait_for`` runs it as a task (Python 3.11), and a task re-raises those two out of
-    the event loop, ending the run with asyncio's teardown instead of dropping the episode."""
+    """``await awaitable``, with ``SystemExit``/``KeyboardInterrupt`` as an :class:`EpisodeFailed`
+    at once (a task that let those two through would re-raise them out of the event loop, ending
+    the run with asyncio's teardown instead of dropping the episode)."""
     try:
         return await awaitable
     except EXITS as exc:

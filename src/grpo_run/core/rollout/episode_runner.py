@@ -43,8 +43,8 @@ from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout import env_exit, env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
 from grpo_run.core.rollout.env_calls import (
-    BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, CallsInFlight, EpisodeFailed, checked as _checked,
-    describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
+    BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, CallsInFlight, CallTiming, EpisodeFailed,
+    checked as _checked, describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
 )
 from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwner
 from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
@@ -339,8 +339,11 @@ class EpisodeRunner:
                     raise EpisodeFailed(f"environment {label} ran longer than environment.step_timeout_s = "
                                         f"{limit:g}", timed_out=True) from None
             tracked = Tracked(fn(*args), f"environment {self.name!r} {what}", self.monitor)
+            # In this task (not wait_for's own): a call that returns at once waits for no other
+            # episode's turn on a busy loop, so it costs its clock nothing.
             with self.processes.watching(owner), clock.counting():
-                result = await asyncio.wait_for(_no_exit(tracked, what), limit)
+                async with asyncio.timeout(limit):
+                    result = await _no_exit(tracked, what)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
                     f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "
@@ -365,26 +368,23 @@ class EpisodeRunner:
 
     async def _on_thread(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any],
                          owner: EpisodeOwner | None, clock: EpisodeClock) -> Any:
-        """A plain call on the pool. The episode's clock runs while a thread runs it, as the thread
-        saw it: from when it began, once the loop learns of that while the call runs; a call over
-        by then (a busy loop) adds its duration afterwards."""
-        ran = False
+        """A plain call on the pool. The episode's clock runs while the environment's code runs
+        on the thread, as that thread saw it: from when it began, if the loop learns of the start
+        while that code still runs; a call over by then (a busy loop) adds its duration afterwards."""
+        timing, ran = CallTiming(), False
 
-        def started(began: float) -> None:
+        def started(picked_up: float) -> None:
             nonlocal ran
-            ran = True
-            clock.resume(began)
-
+            if timing.ended is None:
+                ran = True
+                clock.resume(picked_up if timing.began is None else timing.began)
         try:
-            result, began, ended = await self.pool.run(
-                self.processes.on_thread(owner, _checked), fn, args, check, f"environment {self.name!r} {what}",
+            result = await self.pool.run(
+                self.processes.on_thread(owner, _checked), fn, args, check, f"environment {self.name!r} {what}", timing,
                 timeout=self.settings.step_timeout_s, what=what, on_start=started)
-        except BaseException:
+        finally:
             if ran:
-                clock.pause()
-            raise
-        if ran:
-            clock.pause(ended)
-        else:
-            clock.add(ended - began)
+                clock.pause(timing.ended)
+            elif timing.began is not None and timing.ended is not None:
+                clock.add(timing.ended - timing.began)
         return result
