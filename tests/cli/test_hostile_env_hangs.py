@@ -28,7 +28,7 @@ from support import faulty_verifiers as faulty
 from support.paths import EXAMPLES
 from support.hostile_envs import install
 from support.processes import run_grpo
-from support.runs import write_run
+from support.runs import agent_run, write_run
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -95,6 +95,27 @@ def test_a_first_sigterm_stops_a_run_whose_loop_is_held_for_good(tmp_path, monke
     assert (run / "checkpoints" / f"step_{step + 1}" / "model.safetensors").exists()
 
 
+def test_a_step_that_holds_the_loop_past_the_limit_stops_the_run_by_itself_saving_the_last_step(tmp_path,
+                                                                                                 monkeypatch):
+    """Nobody presses Ctrl-C: after train.max_loop_hold_s the run saves what it can, as on SIGTERM,
+    says what held the loop and exits 1 (it warned every 10 s, for as long as nobody came)."""
+    monkeypatch.setenv("HOSTILE_FREE_STEPS", "16")  # step 1's episodes (8, at most 2 turns) behave
+    cfg = _config(tmp_path, "blocking-async-step", total_steps=6)
+    text = cfg.read_text() + "\n"
+    cfg.write_text(text.replace("[train]\n", "[train]\nmax_loop_hold_s = 3\n"), encoding="utf-8")
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)], limit_s=90)
+
+    assert done.returncode == 1 and "Traceback" not in done.output and done.leftovers == [], done.output
+    stop = re.fullmatch(r"run stopped: environment 'blocking-async-step' step has held the event loop for more "
+                        r"than train.max_loop_hold_s = 3 s: nothing else runs until it returns, .*; checkpoint "
+                        r"(\S+)", done.lines[-2])
+    assert stop, done.lines[-2]
+    checkpoint = Path(stop.group(1))
+    assert checkpoint.parent == run / "checkpoints" and (checkpoint / "model.safetensors").exists()
+    assert done.lines[-1] == f"resume with: grpo-run train {cfg} --output-dir {run} --resume {checkpoint}"
+
+
 def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTILE_EVERY", "2")  # half the calls hang: the run goes on, some episodes succeed
     cfg = _config(tmp_path, "hanging-sync-step", total_steps=30, tools=("hanging-tool",), workers=2, step_timeout_s=1,
@@ -104,10 +125,10 @@ def test_hung_sync_steps_are_replaced_then_stop_the_run_naming_the_environment(t
     assert done.returncode == 1 and "Traceback" not in done.output, done.output
     assert any("still waiting" in line and "environment 'hanging-sync-step': " in line
                and "hung call(s) abandoned" in line for line in done.lines), done.output
-    assert re.fullmatch(r"run stopped: environment 'hanging-sync-step': \d+ synchronous calls "
+    stop = re.fullmatch(r"run stopped: environment 'hanging-sync-step': (\d+) synchronous calls "
                         r"hang, still running 10 s after their environment.step_timeout_s = 1 \(step in tool "
-                        r"'hanging-tool' \d+x; at most 2 may, .*\): .*",
-                        done.lines[-1]), done.lines[-1]
+                        r"'hanging-tool' (\d+)x; at most 2 may, .*\): .*", done.lines[-1])
+    assert stop and stop.group(1) == stop.group(2), done.lines[-1]  # the calls named are those that hang
 
 
 def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path, tiny_model_dir):
@@ -130,19 +151,26 @@ def test_a_first_ctrl_c_stops_a_run_whose_loop_an_async_verifier_holds(tmp_path,
     ]
 
 
+def test_the_waiting_lines_of_a_hung_agent_name_it_and_say_it_is_in_its_own_code(tmp_path):
+    """An agent awaiting something that never comes: the ``still waiting`` lines said only
+    ``batch 1 generating``; now they name the agent's function and where its episodes are."""
+    pytest.importorskip("openai")
+    path, run = agent_run(tmp_path, "support.agent_envs:forever", logging={"report_waits_s": 1},
+                          environment={"episode_timeout_s": 4})
+    done = run_grpo([str(path), "--output-dir", str(run)], limit_s=90)
+
+    assert done.returncode == 1 and "Traceback" not in done.output, done.output
+    assert any(re.search(r"still waiting \(\d+ s without progress\): .*environment 'agent' \(support.agent_envs:forever\): "
+                         r"8 episode\(s\) in run_episode, 8 of them in its own code \(not waiting for the policy\), "
+                         r"the longest for \d+ s", line) for line in done.lines), done.output
+    assert "the environment's own time in the episode passed environment.episode_timeout_s = 4 " in done.lines[-1]
+
+
 def test_a_first_sigterm_ends_an_agent_deadlocked_on_its_own_endpoint(tmp_path):
     """A synchronous HTTP client inside the agent's ``async def``: its request waits for the loop
     it holds. Named while it holds it; one SIGTERM ends the run (it took two, saving nothing)."""
     pytest.importorskip("openai")
-    pytest.importorskip("uvicorn")
-    cfg = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
-    cfg["environment"].update(function="support.hostile_agents:sync_client", step_timeout_s=5)
-    cfg["rollout"].update(num_unique_prompts_rollout=2, num_samples_per_prompt_rollout=4)
-    cfg["train"].update(total_steps=2, local_eval_every=0)
-    cfg["train"].pop("stop_at_eval_accuracy")
-    cfg["logging"] = {"progress": False}
-    path, run = tmp_path / "agent.toml", tmp_path / "run"
-    path.write_text(dumps_toml(cfg), encoding="utf-8")
+    path, run = agent_run(tmp_path, "support.hostile_agents:sync_client", environment={"step_timeout_s": 5})
     done = run_grpo([str(path), "--output-dir", str(run)], when=lambda out: "has held the event loop" in out,
                     signals=[(signal.SIGTERM, 0.0)], limit_s=60)
 

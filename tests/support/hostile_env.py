@@ -4,15 +4,16 @@ installed distribution (a ``.dist-info`` with the ``grpo_run`` entry point), so 
 finds it as it finds any plugin package.
 
 ``kinds``: the bad values, handed to the rows in the order the rows are first reset (row 0 the
-first kind, ...; once all were given, rows get them again). ``every``: only every ``every``-th
-row gets one; the others play a normal episode (reward 0.5, or 0.0 for a reply that is not
-digits, so groups have a spread).
+first kind, ...; once all were given, rows get them again); none (``kinds = []``): every episode
+is normal, every call returns at once. ``every``: only every ``every``-th row gets one; the others
+play a normal episode (reward 0.5, or 0.0 for a reply that is not digits, so groups have a spread).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,11 @@ ASYNC_FINISHES: dict[str, BaseException] = {
     "finish-async-interrupt": KeyboardInterrupt(),
 }
 KINDS = [*RESETS, *STEPS, *RAISES, *FINISHES, *ASYNC_FINISHES]
+ENDERS = ["step-os-exit", "finish-os-exit", "step-os-exit-once", "step-segfault"]
+"""Kinds that end the process they run in (``os._exit(7)`` in ``step``, or in ``async def finish``;
+``-once``: only the first such step of all processes, which creates the file ``once_file``; or
+a segmentation fault in ``step``, reading address 0):
+not in :data:`KINDS`, whose episodes a run survives."""
 
 EXPECTED = {
     # What the episode's error says (a part of it), per kind.
@@ -113,6 +119,7 @@ EXPECTED = {
 class HostileConfig:
     kinds: list[str] = attrs.field(factory=lambda: list(KINDS))
     every: int = 1
+    once_file: str = ""
 
 
 class HostileEnv:
@@ -122,7 +129,7 @@ class HostileEnv:
     Config = HostileConfig
 
     def __init__(self, config: HostileConfig, tools: Any) -> None:
-        unknown = sorted(set(config.kinds) - set(KINDS))
+        unknown = sorted(set(config.kinds) - set(KINDS) - set(ENDERS))
         if unknown:
             raise ValueError(f"unknown kinds {unknown}")
         self.config = config
@@ -130,6 +137,8 @@ class HostileEnv:
         self._lock = threading.Lock()
 
     def kind_of(self, row: Any) -> str | None:
+        if not self.config.kinds:  # well-behaved: every episode plays normally
+            return None
         with self._lock:
             if row.get("id") not in self._rows:
                 i = len(self._rows)
@@ -150,12 +159,29 @@ class HostileEnv:
             return STEPS[kind]()
         if kind in RAISES:
             return RAISES[kind]()
+        if kind == "step-os-exit" or (kind == "step-os-exit-once" and self._first(self.config.once_file)):
+            os._exit(7)
+        if kind == "step-segfault":
+            import ctypes
+
+            ctypes.string_at(0)
         return EnvStep((), 0.5 if action.turn.text.strip().isdigit() else 0.0, True)
+
+    @staticmethod
+    def _first(path: str) -> bool:
+        """Whether this call is the first of all processes to get here (it creates ``path``)."""
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
     async def finish(self, state: Any) -> Any:
         kind = state["kind"]
         if kind in ASYNC_FINISHES:
             raise ASYNC_FINISHES[kind]
+        if kind == "finish-os-exit":
+            os._exit(7)
         return FINISHES.get(kind, 0.0)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -55,13 +56,20 @@ def run_grpo(
     signals: Sequence[tuple[int, float]] = (),
     limit_s: float = 240.0,
     settle_s: float = 5.0,
+    open_files: int | None = None,
 ) -> Finished:
     """Run ``grpo-run ARGS``; once ``when(output so far)`` holds, send each ``(signal, delay_s)``
     (delays from that moment). Kills the session and fails if it runs past ``limit_s``; processes
-    of its session still there ``settle_s`` after it ended are its leftovers."""
+    of its session still there ``settle_s`` after it ended are its leftovers. ``open_files``: its
+    open-file limit, soft and hard (``ulimit -n``)."""
     env = subprocess_env()
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     proc = subprocess.Popen([*GRPO_RUN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+                            env=env, start_new_session=True, preexec_fn=limit if open_files is not None else None)
     os.set_blocking(proc.stdout.fileno(), False)
     output, start, triggered, first_signal = b"", time.monotonic(), None, None
     pending = list(signals)
@@ -81,10 +89,10 @@ def run_grpo(
         output += proc.stdout.read() or b""
     finally:
         if proc.poll() is None:
-            _kill_session(proc.pid)
+            kill_session(proc.pid)
             proc.wait()
     leftovers = _wait_for_empty_session(proc.pid, settle_s)
-    _kill_session(proc.pid)
+    kill_session(proc.pid)
     return Finished(proc.returncode, output.decode(errors="replace"),
                     ended - first_signal if first_signal else None, leftovers)
 
@@ -113,7 +121,8 @@ def _wait_for_empty_session(sid: int, seconds: float) -> list[str]:
     return described
 
 
-def _kill_session(sid: int) -> None:
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session ``sid`` (one these helpers started)."""
     for proc in _session(sid):
         try:
             proc.send_signal(signal.SIGKILL)

@@ -2,18 +2,21 @@
 
 ``write_run(tmp_path, verifier=..., **sections)`` writes ``train.jsonl`` (and ``eval.jsonl``),
 then a config whose sections are the small defaults below deep-merged with ``sections``
-(``rollout={"response_length": 5}``); a value of ``None`` removes a key.
+(``rollout={"response_length": 5}``); a value of ``None`` removes a key. ``agent_run`` writes
+the agent example with another agent function.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from grpo_run.core.config.dumping import dumps_toml
+from support.paths import EXAMPLES
 
 DEFAULTS: dict[str, Any] = {
     "model": {"name_or_path": "tiny-random"},
@@ -67,3 +70,17 @@ def write_run(
     path = tmp_path / name
     path.write_text(dumps_toml(config), encoding="utf-8")
     return path
+
+
+def agent_run(tmp_path: Path, function: str, **sections: Any) -> tuple[Path, Path]:
+    """``examples/agent-calculator.toml`` with ``environment.function = function``, 2 x 4
+    episodes, 2 steps, no evaluation, merged with ``sections``: (config, run directory)."""
+    cfg = tomllib.loads((EXAMPLES / "agent-calculator.toml").read_text())
+    cfg["train"].pop("stop_at_eval_accuracy")
+    cfg = merge(cfg, {"environment": {"function": function},
+                      "rollout": {"num_unique_prompts_rollout": 2, "num_samples_per_prompt_rollout": 4},
+                      "train": {"total_steps": 2, "local_eval_every": 0}, "logging": {"progress": False}})
+    cfg = merge(cfg, sections)
+    path = tmp_path / "agent.toml"
+    path.write_text(dumps_toml(cfg), encoding="utf-8")
+    return path, tmp_path / "run"

@@ -22,6 +22,7 @@ User mistakes print a clear message and exit 2, never a traceback. A run stopped
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import shlex
 import sys
@@ -186,12 +187,24 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.loop.run import default_run_dir, train
     from grpo_run.core.loop.rundir import run_dir_of_resume_path
 
+    _fault_stacks()
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
     with live_page(run_dir, cfg.logging.dashboard_port):
         train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite,
               report_interrupted=lambda exc: interrupted_lines(exc, args))
     return 0
+
+
+def _fault_stacks() -> None:
+    """A crash in environment or extension code (a segfault) prints where each thread was, the
+    environment's frames among them (core/rollout/env_exit.py), on the process's own stderr."""
+    if faulthandler.is_enabled() or sys.__stderr__ is None:
+        return
+    try:
+        faulthandler.enable(file=sys.__stderr__)
+    except (OSError, ValueError):  # a stderr without a file descriptor
+        pass
 
 
 def _load_checked(args: argparse.Namespace, host):

@@ -132,6 +132,9 @@ class _ScriptedChat:
         self.calls += 1
         return ChatTurn(ParsedTurn(self.reply), (), (), "stop", 0, 0)
 
+    def turns_left(self) -> int:
+        return max(0, 4 - self.calls)
+
 
 def _check_driven(env: Any, row: Mapping[str, Any], reply: str, report: Reporter) -> None:
     """**run_episode**: with a chat answering ``reply``, it makes a call and returns a reward."""

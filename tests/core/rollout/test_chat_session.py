@@ -196,7 +196,7 @@ def test_group_members_share_the_seed_and_their_calls_are_batched_with_derived_s
 
 @pytest.mark.parametrize("fail, match, timed_out", [
     ("raise", "environment run_episode raised RuntimeError: the agent broke", False),
-    ("hang", "the episode ran longer than environment.episode_timeout_s = 0.5", True),
+    ("hang", "the environment's own time in the episode passed environment.episode_timeout_s = 0.5 ", True),
     ("block", r"environment run_episode held the event loop for \d+\.\d s without awaiting", True),
     ("nothing", r"run_episode sampled no turn \(chat.complete was never called\)", False),
     ("uncaught-over", "raised EpisodeOver: the episode can take no more turns: environment.max_turns = 1", False),

@@ -56,3 +56,26 @@ def test_a_slow_call_past_its_timeout_does_not_count_as_hanging_within_the_grace
 
     asyncio.run(go())
     pool.close()
+
+
+def test_the_hung_calls_are_counted_by_what_they_are_and_add_up_to_the_number_that_hang():
+    """The stop line said ``8 ... calls hang`` next to ``(step 10x)``: calls that timed out and
+    returned later were counted too. Now only those still hanging, each named by what it runs."""
+    release, slow = threading.Event(), threading.Event()
+    pool = DaemonThreadPool(1, max_abandoned=1, hang_grace_s=0.3)
+
+    async def go() -> TooManyHungCalls:
+        with pytest.raises(asyncio.TimeoutError):  # timed out, returns within the grace: not hanging
+            await pool.run(slow.wait, 0.3, timeout=0.05, what="reset")
+        for _ in range(2):
+            with pytest.raises(asyncio.TimeoutError):
+                await pool.run(release.wait, timeout=0.05, what="step")
+        await asyncio.sleep(0.5)
+        with pytest.raises(TooManyHungCalls) as info:
+            await pool.run(lambda: 7, timeout=1.0, what="step")
+        return info.value
+
+    exc = asyncio.run(go())
+    release.set()
+    pool.close()
+    assert exc.hung == 2 and exc.calls == {"step": 2}

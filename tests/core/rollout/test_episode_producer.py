@@ -198,8 +198,8 @@ def test_a_hanging_driven_environment_times_out_every_episode_and_stops_the_run(
     env = DrivenCalcEnv(CalculatorTool(CalculatorConfig()), fail="hang", hang_s=30.0)
     prod = producer(tokenizer, env)
     prod.runner.settings = EnvironmentSlot("driven", episode_timeout_s=0.5)
-    with pytest.raises(RunError, match=r"^step 1: all 12 episodes failed, .*: the episode ran longer than "
-                                       r"environment\.episode_timeout_s = 0\.5\. Fix the environment"):
+    with pytest.raises(RunError, match=r"^step 1: all 12 episodes failed, .*: the environment's own time in the "
+                                       r"episode passed environment\.episode_timeout_s = 0\.5 \(.*\)\. Fix the environment"):
         asyncio.run(asyncio.wait_for(prod.produce(1), 60))
     prod.close()
 

@@ -189,3 +189,4 @@ async def parallel_subqueries(row: Mapping[str, Any], base_url: str) -> float:
         branches[0].append({"role": "user", "content": "3+3"})
         await client.chat.completions.create(model="policy", messages=branches[0])
     return 1.0
+

@@ -49,7 +49,10 @@ class EnvironmentSlot(PluginSlot):
     step_timeout_s: float = attrs.field(default=30.0, validator=v.gt(0.0), kw_only=True)
     """Limit of one ``reset``/``step``/``finish`` call; an overrun drops the episode."""
     episode_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0), kw_only=True)
-    """Limit of a whole episode (generation included); an overrun drops the episode."""
+    """Limit of the environment's own time in one episode: its ``reset``/``step``/``finish``/``close``
+    calls (the tools they call included), or, with ``run_episode``, everything but its model calls.
+    Waiting for generation (the batched turns of all episodes, the learner and weight syncs in
+    between) or for a free environment thread does not count. An overrun drops the episode."""
     reward_range: tuple[float, float] = attrs.field(default=(-100.0, 100.0), validator=_reward_range, kw_only=True)
     """The closed interval each reward of the environment must lie in: every ``step``'s, ``finish``'s
     and ``run_episode``'s. A reward outside it (``1e308``, a score in the thousands) fails its

@@ -225,6 +225,11 @@ class TrainSection:
     """Stop once ``eval/accuracy`` reaches this value; 0 = never."""
     num_threads: int = attrs.field(default=0, validator=non_negative)
     """torch intra-op threads; 0 = torch's default."""
+    max_loop_hold_s: float = attrs.field(default=120.0, validator=non_negative)
+    """Seconds an environment's or an async verifier's ``async def`` may hold the event loop
+    without awaiting (a blocking call inside it) before the run stops by itself: nothing else runs
+    meanwhile and such a call cannot be cancelled. The run saves the last finished step when the
+    learner is idle, as after SIGTERM, names what held the loop and exits with 1; 0 = never."""
 
 
 _REPO_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")

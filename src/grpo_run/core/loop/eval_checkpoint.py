@@ -16,7 +16,7 @@ import attrs
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.data.sources import load_rows
-from grpo_run.core.errors import UserError
+from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.learner.lora import ADAPTER_CONFIG, MERGED_DIR, write_merged_checkpoint
 from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
@@ -142,6 +142,8 @@ def evaluate_checkpoint(
                 episodes.close()
             scorer.close()
             engine.close()
+    if evaluator.all_failed is not None:  # no accuracy to report: an error, not a 0
+        raise RunError(evaluator.all_failed)
     if output_dir is not None:
         record = {"checkpoint": str(model_dir), "step": step, **metrics}
         (output_dir / EVAL_METRICS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

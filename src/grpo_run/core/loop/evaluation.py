@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -15,9 +15,10 @@ from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
 from grpo_run.core.rollout.seeds import eval_seed
 from grpo_run.core.rollout.episode_producer import episode_metrics
-from grpo_run.core.rollout.episode_runner import EpisodeRunner
+from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.core.rollout.episodes import Episode, derive_seed, episode_solved, failed_episode, success_bar
 from grpo_run.core.scoring.results import ScoredCompletion
+from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 
@@ -71,11 +72,16 @@ class Evaluator:
         """With an ``[environment]``: the greedy completion of a row is a greedy episode, scored on
         its last turn by the verifiers; it is solved as ``environment.success_threshold`` says
         (:func:`~grpo_run.core.rollout.episodes.episode_solved`). pass@k stays single-turn."""
+        self.warn: Callable[[str], None] | None = None
+        """Shows :attr:`all_failed` on the console (the log has it anyway)."""
+        self.all_failed: str | None = None
+        """Set when every greedy episode of the last evaluation failed: what happened (then no
+        ``eval/accuracy`` is reported: there was nothing to judge)."""
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Metrics under ``eval/`` for the engine's current weights; ``step`` names the trace file."""
         rows = self.rows
-        greedy = await self._greedy(rows)
+        greedy, failures = await self._greedy(rows)
         scored = await self._score(rows, greedy)
         n = max(1, len(rows))
         solved = [self._solved(s, c) for s, c in zip(scored, greedy)]
@@ -86,10 +92,14 @@ class Evaluator:
             "eval/stop_rate": sum(c.finish_reason == "stop" for c in greedy) / n,
             "eval/num_prompts": float(len(rows)),
         }
+        self.all_failed = None
         if self.episodes is not None:  # the environment's rewards and metrics of the greedy episodes
             metrics["eval/env_reward_mean"] = sum(c.env_reward for c in greedy) / n
-            stats = [{"failed": float(c.finish_reason == "error"), "timed_out": 0.0, **c.metrics} for c in greedy]
+            stats = [{"failed": float(f is not None), "timed_out": float(f is not None and f.timed_out), **c.metrics}
+                     for c, f in zip(greedy, failures)]
             metrics.update({f"eval/{k}": v for k, v in episode_metrics(stats).items()})
+            if rows and all(f is not None for f in failures):
+                self._report_all_failed(step, rows, failures, metrics)
         traces = self._traces(step, rows, [[c] for c in greedy], scored, greedy=True, solved=solved)
         if self.num_samples:
             params = self.sampled_params
@@ -104,12 +114,35 @@ class Evaluator:
             self.traces.write("eval", step, traces)
         return metrics
 
-    async def _greedy(self, rows: Sequence[PromptRow]) -> list[Any]:
+    async def _greedy(self, rows: Sequence[PromptRow]) -> tuple[list[Any], list[EpisodeFailed | None]]:
+        """The greedy completion (or episode) of each row, and each episode's failure."""
         if self.episodes is None:
-            return [group[0] for group in await self.engine.generate([list(r.token_ids) for r in rows], self.params)]
+            groups = await self.engine.generate([list(r.token_ids) for r in rows], self.params)
+            return [group[0] for group in groups], [None] * len(groups)
         seeds = [derive_seed("eval", r.get("id", i)) for i, r in enumerate(rows)]
         results = await self.episodes.run_many(rows, seeds, self.params)
-        return [r if isinstance(r, Episode) else failed_episode() for r in results]
+        failures = [r if isinstance(r, EpisodeFailed) else None for r in results]
+        if any(failures):
+            first = next(i for i, f in enumerate(failures) if f is not None)
+            get_logger().warning("eval_episodes_failed", failed=sum(f is not None for f in failures),
+                                 episodes=len(results), row=rows[first].get("id"), error=str(failures[first]))
+        return [r if isinstance(r, Episode) else failed_episode() for r in results], failures
+
+    def _report_all_failed(self, step: int, rows: Sequence[PromptRow], failures: Sequence[EpisodeFailed | None],
+                           metrics: dict[str, float]) -> None:
+        """Every greedy episode failed: no accuracy (0 would read as a model that learnt nothing); say so."""
+        assert self.episodes is not None
+        for key in ("eval/accuracy", "eval/reward_mean", "eval/response_length_mean", "eval/stop_rate",
+                    "eval/env_reward_mean"):
+            metrics.pop(key, None)
+        when = "before training" if step == 0 else f"after step {step}"
+        self.all_failed = (
+            f"the evaluation {when}: all {len(rows)} greedy episodes failed, so there is no eval/accuracy: "
+            f"environment {self.episodes.name!r} failed (first failure, row {rows[0].get('id')!r}): {failures[0]}. "
+            f"Fix the environment or its limits (log.jsonl has the failures)")
+        get_logger().info("evaluation_failed", message=self.all_failed)  # the console (or the error) says it
+        if self.warn is not None:
+            self.warn(self.all_failed)
 
     def _solved(self, scored: ScoredCompletion, completion: Any) -> bool:
         if not isinstance(completion, Episode) or self.episodes is None:

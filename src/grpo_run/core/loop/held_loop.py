@@ -48,18 +48,23 @@ def save_on_held_loop(
     held_by: Callable[[], tuple[str, float] | None],
     checkpoint_of: Callable[[int], Path],
     start: tuple[int, Path | None],
+    held: bool = True,
 ) -> HeldLoopSave | None:
     """Save the last finished step if that is safe (see the module docstring). ``loop``: the
     :class:`~grpo_run.core.loop.scheduler.TrainingLoop`; ``checkpoint_of(step)``: its directory;
     ``start``: the step the run started at and the checkpoint it resumed from. None when the
-    loop is no longer held (it stops and saves on its own)."""
+    loop is no longer held (it stops and saves on its own). ``held = False``: the loop is not
+    held but slow to stop after it took a stop request (so no learner step can start): None
+    while a learner step runs (it finishes, and saves, first)."""
     loop.learner_held = True
-    if held_by() is None:
+    if held and held_by() is None:
         return None
     start_step, resumed_from = start
     step = loop.state.version
     previous = checkpoint_of(checkpointer.last_saved) if checkpointer.last_saved > start_step else resumed_from
     if loop.learner_busy is not None:
+        if not held:
+            return None
         return HeldLoopSave(step, previous, f"the learner was in step {loop.learner_busy}, which is not saved")
     if step <= start_step:
         return HeldLoopSave(step, resumed_from, None)
@@ -83,11 +88,12 @@ def loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
 def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Checkpointer,
                    held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
                    checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
-                   report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
-    """A first signal found the event loop held: save if safe (:func:`save_on_held_loop`); the
-    lines to print before the process exits (``report``: the CLI's lines for an interrupted run)."""
+                   report: Callable[[RunInterrupted], list[str]] | None, held: bool = True) -> list[str]:
+    """A first signal found the event loop held (or, ``held = False``, slow to stop): save if safe
+    (:func:`save_on_held_loop`); the lines to print before the process exits (``report``: the
+    CLI's lines for an interrupted run); none when the run should wait on."""
     log = get_logger()
-    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from))
+    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from), held)
     if saved is None:
         return []
     lines = [f"not saved: {saved.note}; the previous checkpoint is intact"] if saved.note else []
@@ -96,5 +102,36 @@ def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Check
     log.info("run_interrupted", signal=signal_name, step=saved.step, held_by=holder, not_saved=saved.note,
              checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
     log.info("run_end", status="interrupted")
+    log_file.flush()
+    return lines
+
+
+def stop_held_too_long(holder: str, limit_s: float, loop: Any, checkpointer: Checkpointer,
+                       held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
+                       checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
+                       report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
+    """Code has held the event loop for ``train.max_loop_hold_s``: save if safe
+    (:func:`save_on_held_loop`); the lines to print before the process exits with 1 (none: the
+    loop is free again). ``report``: the CLI's lines for an interrupted run, the last of which is
+    the command that goes on."""
+    log = get_logger()
+    if held_by() is None:
+        return []
+    saved = save_on_held_loop(loop, checkpointer, held_by, checkpoint_of, (start_step, resumed_from))
+    if saved is None:  # freed just now: the run goes on
+        loop.learner_held = False
+        return []
+    where = (f"checkpoint {saved.checkpoint}" if saved.checkpoint is not None
+             else "nothing to save (no step finished)")
+    lines = [f"run stopped: {holder} has held the event loop for more than train.max_loop_hold_s = {limit_s:g} s: "
+             f"nothing else runs until it returns, and it cannot be stopped from outside (a blocking call inside "
+             f"`async def`: await an async one, or make it a plain def); {where}"]
+    if saved.note:
+        lines.append(f"not saved: {saved.note}; the previous checkpoint is intact")
+    if report is not None:
+        lines += report(RunInterrupted("train.max_loop_hold_s", saved.step, saved.checkpoint, run_dir))[-1:]
+    log.error("run_failed", error=lines[0], held_by=holder, step=saved.step, not_saved=saved.note,
+              checkpoint=str(saved.checkpoint) if saved.checkpoint else None)
+    log.info("run_end", status="failed")
     log_file.flush()
     return lines

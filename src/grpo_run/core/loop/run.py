@@ -46,7 +46,7 @@ from grpo_run.core.loop.checkpoint import (
     save_checkpoint,
 )
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
-from grpo_run.core.loop.held_loop import loop_holder, stop_held_loop
+from grpo_run.core.loop.held_loop import loop_holder, stop_held_loop, stop_held_too_long
 from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.observers import (
     Checkpointer,
@@ -164,6 +164,8 @@ def train(
                 parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
                 library_output.take_over()  # the loggers of libraries the build imported
                 parts.scorer.show_warnings_with(progress.warning)
+                if parts.evaluator is not None:
+                    parts.evaluator.warn = progress.warning  # an evaluation whose every episode failed
                 if (runner := getattr(parts.producer, "runner", None)) is not None:
                     runner.processes.warn = progress.warning  # processes an episode left behind
                 for note in parts.notes:
@@ -216,11 +218,20 @@ def train(
                 held_by = loop_holder(getattr(parts.scorer, "loop_held", None),
                                        runner.monitor.held if runner is not None else None)
 
-                def stuck(signal_name: str, holder: str) -> list[str]:
+                def checkpoint_of(step: int) -> Path:
+                    return checkpoints_dir(cfg, run_dir) / f"step_{step}"
+
+                def stuck(signal_name: str, holder: str, held: bool) -> list[str]:
                     return stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step, checkpoint,
-                                          lambda step: checkpoints_dir(cfg, run_dir) / f"step_{step}", run_dir,
-                                          log_file, report_interrupted)
-                state = asyncio.run(_drive(loop, parts, signals, waits, held_by, stuck))
+                                          checkpoint_of, run_dir, log_file, report_interrupted, held)
+
+                def held_too_long(holder: str) -> list[str]:
+                    return stop_held_too_long(holder, cfg.train.max_loop_hold_s, loop, checkpointer, held_by,
+                                              start_step, checkpoint, checkpoint_of, run_dir, log_file,
+                                              report_interrupted)
+                state = asyncio.run(_drive(loop, parts, signals, waits, held_by=held_by, on_stuck=stuck,
+                                           hold_limit_s=cfg.train.max_loop_hold_s, on_held_too_long=held_too_long))
+                signals.finishing()  # only now: asyncio.run's own end waits for every task left (an agent's)
             except StopRequested as exc:  # while building: nothing new to save
                 raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
             if loop.interrupted is not None:
@@ -307,18 +318,16 @@ def _resume_point(
 
 
 async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter,
-                 held_by: Callable[[], tuple[str, float] | None] | None = None,
-                 on_stuck: Callable[[str, str], list[str]] | None = None) -> Any:
+                 **looping: Any) -> Any:
     """Run the loop (a stop signal reaches it on this event loop) and the report of what a quiet
-    loop waits for; async verifiers close on the event loop they used. ``held_by`` / ``on_stuck``:
-    see :meth:`StopSignals.looping`."""
-    signals.looping(asyncio.get_running_loop(), loop.request_stop, held_by=held_by, on_stuck=on_stuck)
+    loop waits for; async verifiers close on the event loop they used. ``looping``: the options
+    of :meth:`StopSignals.looping` (what holds the loop, and what to do when it stays held)."""
+    signals.looping(asyncio.get_running_loop(), loop.request_stop, **looping)
     reporting = asyncio.create_task(waits.run(), name="wait-reporter")
     try:
         return await loop.run()
     finally:
         reporting.cancel()
-        signals.finishing()
         await parts.scorer.aclose()
 
 

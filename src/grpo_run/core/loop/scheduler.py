@@ -291,7 +291,7 @@ class TrainingLoop:
                 if evaluated is not None:
                     metrics.update(evaluated)
                     target = settings.stop_at_eval_accuracy
-                    if target and metrics["eval/accuracy"] >= target:
+                    if target and metrics.get("eval/accuracy", -1.0) >= target:
                         self._stop(f"eval/accuracy {metrics['eval/accuracy']:.3f} >= {target}")
             for drawn in [i for i in self._rollout_states if i <= step]:
                 del self._rollout_states[drawn]

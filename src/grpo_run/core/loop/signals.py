@@ -16,7 +16,13 @@ def``) would keep the request queued for good, and only a second signal would en
 nothing. So a first signal also starts a thread: when the loop has not taken the request within
 :data:`STUCK_GRACE_S` while known code holds it (``held_by``), that thread calls ``on_stuck``
 (which saves what can be saved safely and says what it could not), prints where the run stands,
-takes the child processes along and exits with :data:`EXIT_CODES`.
+takes the child processes along and exits with :data:`EXIT_CODES`. The same thread does so when
+the loop took the request but is still stopping :data:`SLOW_STOP_S` later with no learner step
+running: unwinding thousands of an agent's requests kept a first Ctrl-C from ending a run for
+minutes, and a second one saved nothing.
+
+Without any signal, code that holds the loop for ``train.max_loop_hold_s`` stops the run the same
+way (``on_held_too_long``), exiting with 1: it cannot be cancelled, and nothing else runs meanwhile.
 
 A second signal kills this process's child processes (scoring workers, engine servers) and exits
 at once with :data:`EXIT_CODES` without saving; the previous checkpoint is untouched (a
@@ -40,11 +46,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from grpo_run.core.rollout.env_exit import real_exit
+
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it."""
 STUCK_GRACE_S = 2.0
 """How long a first signal waits for a held event loop to take the stop request."""
+SLOW_STOP_S = 10.0
+"""How long a first signal waits for a loop that took the stop request to finish stopping, while
+no learner step runs, before it stops the run from outside the loop."""
 
 
 class StopRequested(BaseException):
@@ -91,7 +102,10 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._taken = threading.Event()
         self._held_by: Callable[[], tuple[str, float] | None] | None = None
-        self._on_stuck: Callable[[str, str], list[str]] | None = None
+        self._on_stuck: Callable[[str, str, bool], list[str]] | None = None
+        self._on_held_too_long: Callable[[str], list[str]] | None = None
+        self._outside = threading.Lock()
+        """Held by the one thread that stops the run from outside the loop (a signal's, or the hold limit's)."""
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -106,15 +120,24 @@ class StopSignals:
 
     def looping(self, loop: asyncio.AbstractEventLoop, request_stop: Callable[[str], Any], *,
                 held_by: Callable[[], tuple[str, float] | None] | None = None,
-                on_stuck: Callable[[str, str], list[str]] | None = None) -> None:
+                on_stuck: Callable[[str, str, bool], list[str]] | None = None, hold_limit_s: float = 0.0,
+                on_held_too_long: Callable[[str], list[str]] | None = None) -> None:
         """The training loop runs on ``loop``: a first signal calls ``request_stop(name)`` there.
 
         ``held_by()``: what holds the loop right now and for how long (None: nothing known).
-        ``on_stuck(signal_name, holder)``: called on another thread when the loop stays held after
-        a first signal; saves what it safely can and returns the lines to print before exiting."""
+        ``on_stuck(signal_name, what, held)``: called on another thread when the loop stays held
+        after a first signal (``held``), or is slow to stop; saves what it safely can and returns
+        the lines to print before exiting (none: wait on).
+        ``on_held_too_long(holder)``: the same when known code has held the loop for
+        ``hold_limit_s`` (0: never), without a signal; the process then exits with 1. It returns
+        no lines when the loop is free again (the run goes on)."""
         self._building = False
         self._loop, self._request_stop = loop, request_stop
         self._held_by, self._on_stuck = held_by, on_stuck
+        self._on_held_too_long = on_held_too_long
+        if held_by is not None and on_held_too_long is not None and hold_limit_s > 0:
+            threading.Thread(target=self._watch_hold_limit, args=(hold_limit_s,), name="grpo-run-hold-limit",
+                             daemon=True).start()
         if self.received is not None:  # arrived between building and now
             loop.call_soon(self._take, self.received)
 
@@ -122,7 +145,7 @@ class StopSignals:
         """The loop is over: a first signal no longer changes anything."""
         self._building = False
         self._loop = self._request_stop = None
-        self._held_by = self._on_stuck = None
+        self._held_by = self._on_stuck = self._on_held_too_long = None
 
     def _take(self, name: str) -> None:
         """On the loop's thread: the loop took the stop request."""
@@ -146,35 +169,70 @@ class StopSignals:
             raise StopRequested(name)
 
     def _watch_held_loop(self, name: str) -> None:
-        """A first signal's request waits on the loop; when known code keeps holding the loop,
-        stop from this thread instead (saving what :attr:`_on_stuck` can)."""
+        """A first signal's request waits on the loop; when known code keeps holding the loop, or
+        the loop took the request but is still stopping :data:`SLOW_STOP_S` later with no learner
+        step running (a flood of an agent's requests to unwind), stop from this thread instead
+        (saving what :attr:`_on_stuck` can)."""
         since = time.monotonic()
-        while not self._taken.wait(0.1):
+        while True:
+            time.sleep(0.1)
             held_by, on_stuck = self._held_by, self._on_stuck
             if held_by is None or on_stuck is None:
                 return  # the loop is over: the run is finishing normally
-            held = held_by()
-            if held is None or time.monotonic() - since < STUCK_GRACE_S:
+            waited = time.monotonic() - since
+            held = held_by() if not self._taken.is_set() else None
+            if held is not None and waited >= STUCK_GRACE_S:
+                what = f"{held[0]} has held the event loop for {held[1]:.0f} s"
+            elif self._taken.is_set() and waited >= SLOW_STOP_S:
+                what = f"the run is still stopping {waited:.0f} s after it (its event loop is busy)"
+            else:
                 continue
-            holder, seconds = held
-            what = f"{holder} has held the event loop for {seconds:.0f} s"
-            self.notice(f"{name}: {what}; stopping from outside the loop")
+            if not self._outside.acquire(blocking=False):
+                return  # the hold limit is stopping the run already
             try:
-                lines = on_stuck(name, what)
+                lines = on_stuck(name, what, held is not None)
             except BaseException as exc:  # noqa: BLE001 - exiting anyway; the previous checkpoint stands
                 lines = [f"could not save ({type(exc).__name__}: {exc}); the previous checkpoint is intact"]
-            if self._taken.is_set():
-                return  # the loop woke up meanwhile and stops on its own
-            for line in lines:
-                self.notice(line)
-            kill_child_processes()
-            os._exit(EXIT_CODES.get(name, 130))
+            if not lines or (held is not None and self._taken.is_set()):
+                self._outside.release()
+                continue  # the loop woke up and stops on its own, or a learner step is still to finish
+            self.notice(f"{name}: {what}; stopping from outside the loop")
+            self._exit_with(lines, EXIT_CODES.get(name, 130))
+
+    def _watch_hold_limit(self, limit_s: float) -> None:
+        """Stop the run when known code has held the loop for ``limit_s`` (it cannot be cancelled:
+        nothing else runs until it returns, which may be never)."""
+        while True:
+            time.sleep(0.25)
+            held_by, on_held = self._held_by, self._on_held_too_long
+            if held_by is None or on_held is None:
+                return  # the loop is over
+            held = held_by()
+            if held is None or held[1] < limit_s or self.received is not None:
+                continue  # a signal's own stop handles a held loop after a first signal
+            if not self._outside.acquire(blocking=False):
+                return
+            try:
+                lines = on_held(held[0])
+            except BaseException as exc:  # noqa: BLE001 - exiting anyway; the previous checkpoint stands
+                lines = [f"run stopped: {held[0]} held the event loop past its limit, and saving failed "
+                         f"({type(exc).__name__}: {exc}); the previous checkpoint is intact"]
+            if not lines:  # the loop is free again: the run goes on
+                self._outside.release()
+                continue
+            self._exit_with(lines, 1)
+
+    def _exit_with(self, lines: list[str], code: int) -> None:
+        for line in lines:
+            self.notice(line)
+        kill_child_processes()
+        real_exit(code)
 
     def _exit_now(self, name: str) -> None:
         """Second signal: take the child processes along and leave without cleaning up."""
         kill_child_processes()
         self.notice(f"{name} again: exiting at once without saving")
-        os._exit(EXIT_CODES.get(name, 130))
+        real_exit(EXIT_CODES.get(name, 130))
 
 
 def kill_child_processes() -> None:

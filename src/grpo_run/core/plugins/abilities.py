@@ -149,9 +149,11 @@ class DrivenEnvironment(Protocol):
     (within ``environment.max_turns`` calls and the episode's token budgets: past them
     ``complete`` raises :class:`~grpo_run.EpisodeOver`) and returns an
     :class:`~grpo_run.EpisodeResult` (or a bare reward). Such an environment needs no
-    ``reset``/``step``; ``finish``/``close`` are not called. The whole episode runs under
-    ``environment.episode_timeout_s``; raising, overrunning, holding the event loop longer than
-    ``environment.step_timeout_s`` or making no call drops the episode (counted).
+    ``reset``/``step``; ``finish``/``close`` are not called. Its own time (all but its
+    ``complete`` calls) runs under ``environment.episode_timeout_s``; raising, overrunning,
+    holding the event loop longer than ``environment.step_timeout_s`` or making no call drops the
+    episode (counted). An optional ``label`` attribute (a str) says more in the run's messages
+    than the environment's name (the ``agent`` environment: its function).
     """
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult | float: ...

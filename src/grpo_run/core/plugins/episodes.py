@@ -162,3 +162,8 @@ class Chat(Protocol):
         limits, ``stop`` adds stop strings. Raises :class:`EpisodeOver` when the episode can take
         no more turns."""
         ...
+
+    def turns_left(self) -> int:
+        """Calls of :meth:`complete` that may still start: 0 once ``environment.max_turns`` calls
+        have started or the episode's budget is spent (a further call raises :class:`EpisodeOver`)."""
+        ...

@@ -38,7 +38,10 @@ from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.contracts import Renderer
 from grpo_run.core.plugins.episodes import ChatTurn, EpisodeOver, Message, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.rollout.episodes import OpenSegment, Segment
+from grpo_run.core.rollout import env_returns
+from grpo_run.core.rollout.env_calls import EpisodeFailed
+from grpo_run.core.rollout.episode_clock import EpisodeClock
+from grpo_run.core.rollout.episodes import Episode, OpenSegment, Segment
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 
 
@@ -47,7 +50,13 @@ class ChatSession:
 
     def __init__(self, renderer: Renderer, batcher: TurnBatcher, settings: EnvironmentSlot,
                  sampling: SamplingParams, seed: int, sample: int, *,
-                 prompt_limit: PromptLimit | None = None) -> None:
+                 prompt_limit: PromptLimit | None = None, clock: EpisodeClock | None = None) -> None:
+        self.clock = clock or EpisodeClock(float("inf"))
+        """The episode's environment time: it stands still while a call waits for its turn."""
+        self.pending = 0
+        """Calls waiting for their turn now."""
+        self.own_since = time.monotonic()
+        """When the caller's own code last began to run (no call pending since)."""
         self.renderer = renderer
         self.batcher = batcher
         self.settings = settings
@@ -87,9 +96,19 @@ class ChatSession:
             raise EpisodeOver(f"the episode can take no more turns: environment.max_turns = "
                               f"{self.settings.max_turns} calls were made")
         self.started += 1
-        async with self._turn_lock:  # one turn at a time: each renders after the one before is recorded
-            self._check_open()
-            return await self._turn(messages, tools, max_tokens, stop)
+        self.pending += 1
+        try:
+            with self.clock.waiting():  # waiting for the policy is not the caller's time
+                async with self._turn_lock:  # one turn at a time: each renders after the one before is recorded
+                    self._check_open()
+                    return await self._turn(messages, tools, max_tokens, stop)
+        finally:
+            self.pending -= 1
+            if not self.pending:
+                self.own_since = time.monotonic()
+
+    def turns_left(self) -> int:
+        return 0 if self.over is not None else max(0, self.settings.max_turns - self.started)
 
     def _check_open(self) -> None:
         if self.over is not None:
@@ -169,6 +188,42 @@ class ChatSession:
     def _end(self, why: str) -> None:
         if self.over is None:
             self.over = why
+
+    def episode(self, result: Any, context_tokens: int | None) -> Episode:
+        """The episode recorded, with what ``run_episode`` returned (checked); :class:`EpisodeFailed`
+        when the result breaks the contract, nothing was sampled, or a segment outgrew
+        ``context_tokens`` (what one learner sequence may hold; None: unchecked)."""
+        try:
+            reward, result_metrics, result_text = env_returns.episode_result(result, bounds=self.settings.reward_range)
+        except env_returns.BadReturn as exc:
+            raise EpisodeFailed(f"environment run_episode returned {exc}") from None
+        segments = self.finished_segments()
+        if not segments:
+            why = f"every call was refused: {self.over}" if self.over else "chat.complete was never called"
+            raise EpisodeFailed(f"run_episode sampled no turn ({why}): nothing to train on")
+        longest = max(len(g.prompt_ids) + len(g.completion_ids) for g in segments)
+        if context_tokens is not None and longest > context_tokens:  # a learner row could not hold it
+            raise EpisodeFailed(f"run_episode's conversation grew to {longest} tokens, more than the {context_tokens} "
+                                f"one sequence may hold (algorithm.pack_length and the model's context)")
+        metrics = dict(self.metrics)
+        metrics["env_s"] = self.clock.spent_s
+        for key, value in result_metrics.items():
+            metrics[f"env/{key}"] = value
+        metrics.update(turns=float(self.calls), segments=float(len(segments)),
+                       sampled_tokens=float(sum(sum(g.sampled) for g in segments)))
+        return Episode(
+            segments=tuple(segments),
+            text=self.last_text if result_text is None else result_text,
+            finish_reason="length" if self.cut else "stop",
+            policy_version=min(v[0] for v in self.versions),
+            last_policy_version=max(v[1] for v in self.versions),
+            env_reward=reward,
+            turns=self.calls,
+            messages=tuple(self.messages),
+            metrics=metrics,
+            train_on_env_tokens=self.settings.train_on_env_tokens,
+            turn_versions=tuple(self.versions),
+        )
 
     def finished_segments(self) -> list[Segment]:
         """Every segment with sampled ids, the open one included."""

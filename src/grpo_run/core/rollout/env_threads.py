@@ -21,7 +21,8 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from grpo_run.core.scoring.loop_watchdog import activity_of
@@ -40,11 +41,13 @@ class CallTimedOut(asyncio.TimeoutError):
 
 
 class TooManyHungCalls(Exception):
-    """More than ``max_abandoned`` calls of the pool are still running past their limits."""
+    """More than ``max_abandoned`` calls of the pool are still running past their limits;
+    ``calls``: how many of them hang in what (``step in tool 'python'``), adding up to ``hung``."""
 
-    def __init__(self, hung: int, limit: int) -> None:
+    def __init__(self, hung: int, limit: int, calls: Mapping[str, int] | None = None) -> None:
         super().__init__(f"{hung} calls hang (at most {limit} may)")
         self.hung, self.limit = hung, limit
+        self.calls = dict(calls or {})
 
 
 class DaemonThreadPool:
@@ -63,8 +66,10 @@ class DaemonThreadPool:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._running: dict[concurrent.futures.Future[Any], threading.Thread] = {}
-        self._abandoned: dict[threading.Thread, float] = {}
-        """Threads of abandoned calls still running, and when each was abandoned."""
+        self._abandoned: dict[threading.Thread, tuple[float, str]] = {}
+        """Threads of abandoned calls still running: when each was abandoned, and what it runs."""
+        self._what: dict[concurrent.futures.Future[Any], str] = {}
+        """What each queued or running call is (``step``), for the words about hung calls."""
         self._numbers = itertools.count()
         self._closed = False
         for _ in range(size):
@@ -77,29 +82,44 @@ class DaemonThreadPool:
 
     def _too_many(self) -> TooManyHungCalls | None:
         cutoff = time.monotonic() - self.hang_grace_s
-        hanging = sum(since <= cutoff for since in list(self._abandoned.values()))
-        return TooManyHungCalls(hanging, self.max_abandoned) if hanging > self.max_abandoned else None
+        hanging = [(thread, what) for thread, (since, what) in list(self._abandoned.items()) if since <= cutoff]
+        if len(hanging) <= self.max_abandoned:
+            return None
+        calls = Counter(_doing(what, activity_of(thread.ident)) for thread, what in hanging)
+        return TooManyHungCalls(len(hanging), self.max_abandoned, calls)
 
-    def submit(self, fn: Callable[..., T], *args: Any,
-               started: concurrent.futures.Future[None] | None = None) -> concurrent.futures.Future[T]:
-        """Queue ``fn(*args)``; ``started`` (when given) is resolved as a thread picks it up."""
+    def submit(self, fn: Callable[..., T], *args: Any, started: concurrent.futures.Future[float] | None = None,
+               what: str = "call") -> concurrent.futures.Future[T]:
+        """Queue ``fn(*args)``; ``started`` (when given) is resolved, with ``time.monotonic()``, as a
+        thread picks it up;
+        ``what``: the call's name in the words about hung calls."""
         if self._closed:
             raise RuntimeError("the environment thread pool is closed")
         too_many = self._too_many()
         if too_many is not None:
             raise too_many
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._what[future] = what
+        future.add_done_callback(self._forget)
         self._jobs.put((future, started, fn, args))
         return future
 
-    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        self._what.pop(future, None)
+
+    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
+                  on_start: Callable[[float], None] | None = None, what: str = "call") -> T:
         """Await ``fn(*args)`` run on a pool thread; ``timeout`` counts from when it starts running
-        (waiting for a free thread is bounded by the caller, e.g. the episode's own limit).
-        Cancelling the await abandons the call. Raises :class:`TimeoutError` on overrun."""
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        done = self.submit(fn, *args, started=started)
+        (waiting for a free thread is bounded by the caller). ``on_start(t)``: told, on the event
+        loop, the ``time.monotonic()`` at which the thread began the call, if the call still runs
+        when the loop learns that it began. Cancelling the await abandons the call. Raises
+        :class:`TimeoutError` on overrun."""
+        started: concurrent.futures.Future[float] = concurrent.futures.Future()
+        done = self.submit(fn, *args, started=started, what=what)
         try:
-            await asyncio.wrap_future(started)
+            began = await asyncio.wrap_future(started)
+            if on_start is not None and not done.done():
+                on_start(began)
             return await asyncio.wait_for(asyncio.wrap_future(done), timeout)
         except asyncio.TimeoutError:
             thread = self._running.get(done)
@@ -115,7 +135,7 @@ class DaemonThreadPool:
             thread = self._running.get(future)
             if thread is None or thread in self._abandoned:
                 return
-            self._abandoned[thread] = time.monotonic()
+            self._abandoned[thread] = (time.monotonic(), self._what.get(future, "call"))
             if not self._closed:
                 self._spawn()
 
@@ -147,7 +167,7 @@ class DaemonThreadPool:
                 continue
             if started is not None:
                 try:
-                    started.set_result(None)
+                    started.set_result(time.monotonic())
                 except concurrent.futures.InvalidStateError:  # its waiter was cancelled meanwhile
                     pass
             if too_many is not None:  # queued before the limit was passed: it must not take another thread
@@ -164,3 +184,8 @@ class DaemonThreadPool:
                 if me in self._abandoned:  # replaced while it hung: this thread is surplus now
                     del self._abandoned[me]
                     return
+
+
+def _doing(what: str, activity: str | None) -> str:
+    """``step``, or ``step in tool 'python'`` where the thread noted what it runs."""
+    return f"{what} in {activity}" if activity else what

@@ -10,8 +10,9 @@ of an episode within ``rollout.response_length``; step messages cut at ``max_too
 opening messages at ``max_opening_chars``, and the rendered opening plus the budget within
 ``context_tokens`` (the learner's ``pack_length`` and the model's context). A turn cut by a budget
 ends the episode, and its tool calls never run. Synchronous environment code runs on a
-:class:`DaemonThreadPool`, every call under ``step_timeout_s`` and the whole episode under
-``episode_timeout_s``; what it returns is checked there too (:mod:`.env_returns`). An error (an
+:class:`DaemonThreadPool`, every call under ``step_timeout_s``, and the environment's own time in
+the whole episode under ``episode_timeout_s`` (:mod:`.episode_clock`: waiting for generation or a
+thread does not count); what it returns is checked there too (:mod:`.env_returns`). An error (an
 exception, ``SystemExit`` and ``KeyboardInterrupt`` included: a real Ctrl-C is a signal the run
 handles, never raised in environment code), a value outside the contract or an overrun raises
 :class:`EpisodeFailed` (the producer drops the group and counts it).
@@ -39,14 +40,15 @@ from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
 from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.rollout import env_returns
+from grpo_run.core.rollout import env_exit, env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
 from grpo_run.core.rollout.env_calls import (
-    BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, EpisodeFailed, checked as _checked,
-    describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
+    BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, CallsInFlight, CallTiming, EpisodeFailed,
+    checked as _checked, describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
 )
 from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwner
 from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
+from grpo_run.core.rollout.episode_clock import EpisodeClock
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.runlog import get_logger
@@ -54,6 +56,8 @@ from grpo_run.core.scoring.loop_watchdog import LoopWatchdog, StepMonitor, Track
 
 _EPISODE: contextvars.ContextVar[EpisodeOwner | None] = contextvars.ContextVar("grpo_run_episode", default=None)
 """The episode whose environment calls run in this context: the owner of the processes they start."""
+_CLOCK: contextvars.ContextVar[EpisodeClock | None] = contextvars.ContextVar("grpo_run_episode_clock", default=None)
+"""The clock of the episode that runs in this context (its waits for a thread stop it)."""
 
 
 class EpisodeRunner:
@@ -91,10 +95,13 @@ class EpisodeRunner:
         and by the stop-signal handling)."""
         self.warning_sink: Callable[[str], None] | None = None
         """Also shows the watchdog's warnings (the run points it at the console); always logged."""
-        self._in_flight: dict[int, tuple[str, float]] = {}
-        self._hung: dict[str, int] = {}
+        self.in_flight = CallsInFlight()
+        self.label = f"environment {self.name!r}" + (f" ({env.label})" if isinstance(getattr(env, "label", None), str)
+                                                     else "")
+        """How messages name the environment (its optional ``label`` says more: the agent's function)."""
         self._watchdog = LoopWatchdog(self.monitor, min(settings.step_timeout_s, BLOCKED_WARN_S), self._report_blocked,
                                       describe=_describe_blocking, repeat_s=BLOCKED_REPEAT_S)
+        env_exit.watch(self.monitor)  # environment code's os._exit names the environment
         self.processes = processes if processes is not None else EnvironmentProcesses(getattr(env, "name", "?"))
         """The processes environment code starts: an episode's end when it is over, the rest at :meth:`close`."""
 
@@ -103,20 +110,14 @@ class EpisodeRunner:
         return self.settings.name
 
     def close(self) -> None:
+        env_exit.unwatch(self.monitor)
         self._watchdog.close()
         self.pool.close()
         self.processes.close()
 
     def describe_waits(self) -> str | None:
         """What the environment is doing, for the run's ``still waiting`` line (None: nothing)."""
-        now = time.monotonic()
-        parts = []
-        if self._in_flight:
-            what, since = min(self._in_flight.values(), key=lambda c: c[1])
-            parts.append(f"{len(self._in_flight)} call(s) in progress, the longest {what} for {now - since:.0f} s")
-        if self.pool.hung:
-            parts.append(f"{self.pool.hung} hung call(s) abandoned")
-        return f"environment {self.name!r}: " + ", ".join(parts) if parts else None
+        return self.in_flight.describe(self.label, self.pool.hung)
 
     def _report_blocked(self, text: str) -> None:
         get_logger().warning("event loop blocked", detail=text)
@@ -149,15 +150,25 @@ class EpisodeRunner:
         if not reserved:
             self.batcher.enter()
         owner = EpisodeOwner()
-        token = _EPISODE.set(owner)
+        clock = EpisodeClock(self.settings.episode_timeout_s)
+        token, clock_token = _EPISODE.set(owner), _CLOCK.set(clock)
         try:
-            episode = self._episode(row, seed, sample, params or self.params)
-            return await asyncio.wait_for(episode, self.settings.episode_timeout_s)
-        except asyncio.TimeoutError:
-            raise EpisodeFailed(f"the episode ran longer than environment.episode_timeout_s = "
-                                f"{self.settings.episode_timeout_s:g}", timed_out=True) from None
+            async with clock.running(stopped=not isinstance(self.env, DrivenEnvironment)):
+                episode = await self._episode(row, seed, sample, params or self.params)
+            if clock.expired:  # the environment's code swallowed the cancellation
+                raise TimeoutError
+            return episode
+        except TimeoutError:
+            if not clock.expired:
+                raise
+            raise EpisodeFailed(
+                f"the environment's own time in the episode passed environment.episode_timeout_s = "
+                f"{self.settings.episode_timeout_s:g} ({clock.spent_s:.1f} s in its calls and code; the other "
+                f"{clock.waited_s:.1f} s, waiting for generation, threads or the event loop, do not count)",
+                timed_out=True) from None
         finally:
             self.batcher.leave()
+            _CLOCK.reset(clock_token)
             _EPISODE.reset(token)
             self.processes.end(owner)  # the episode is over (closed): what it started goes too
 
@@ -221,10 +232,8 @@ class EpisodeRunner:
             if comp.finish_reason != "stop":  # cut mid-turn: its tool calls never run
                 finish = "length"
                 break
-            started = time.perf_counter()
             new, reward, done, step_metrics, new_state = await self._call(
                 "step", self.env.step, state, Action(parsed, "stop", turn), check=check_step)
-            metrics["env_s"] += time.perf_counter() - started
             rewards.append(reward)
             for key, value in step_metrics.items():
                 metrics[f"env/{key}"] = metrics.get(f"env/{key}", 0.0) + value
@@ -258,6 +267,7 @@ class EpisodeRunner:
         if callable(finisher):
             final = await self._call("finish", finisher, state,
                                      check=functools.partial(env_returns.reward, what="reward", bounds=s.reward_range))
+        metrics["env_s"] = self._clock().spent_s
         metrics["turns"] = float(turn + 1)
         metrics["segments"] = float(len(segments))
         metrics["sampled_tokens"] = float(sum(sum(g.sampled) for g in segments))
@@ -278,12 +288,12 @@ class EpisodeRunner:
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
         """An environment that drives its own conversation: ``run_episode`` with a chat session."""
+        clock = self._clock()
         chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample,
-                           prompt_limit=self.prompt_limit)
-        started = time.perf_counter()
+                           prompt_limit=self.prompt_limit, clock=clock)
         tracked = Tracked(self.env.run_episode(row, seed, chat), f"environment {self.name!r} run_episode", self.monitor)
         try:
-            with self.processes.watching(_EPISODE.get()):
+            with self.processes.watching(_EPISODE.get()), self.in_flight.call("run_episode", chat):
                 result = await tracked
         except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment run_episode raised {type(exc).__name__}: {exc}") from exc
@@ -292,37 +302,12 @@ class EpisodeRunner:
             raise EpisodeFailed(
                 f"environment run_episode held the event loop for {tracked.blocked_s:.1f} s without awaiting "
                 f"(more than environment.step_timeout_s = {limit:g}; a blocking call in async def)", timed_out=True)
-        try:
-            reward, result_metrics, result_text = env_returns.episode_result(result, bounds=self.settings.reward_range)
-        except env_returns.BadReturn as exc:
-            raise EpisodeFailed(f"environment run_episode returned {exc}") from None
-        segments = chat.finished_segments()
-        if not segments:
-            why = f"every call was refused: {chat.over}" if chat.over else "chat.complete was never called"
-            raise EpisodeFailed(f"run_episode sampled no turn ({why}): nothing to train on")
-        longest = max(len(g.prompt_ids) + len(g.completion_ids) for g in segments)
-        if self.context_tokens is not None and longest > self.context_tokens:  # a learner row could not hold it
-            raise EpisodeFailed(f"run_episode's conversation grew to {longest} tokens, more than the {self.context_tokens} "
-                                f"one sequence may hold (algorithm.pack_length and the model's context)")
-        metrics = dict(chat.metrics)
-        metrics["env_s"] = time.perf_counter() - started - metrics["generation_s"]
-        for key, value in result_metrics.items():
-            metrics[f"env/{key}"] = value
-        metrics.update(turns=float(chat.calls), segments=float(len(segments)),
-                       sampled_tokens=float(sum(sum(g.sampled) for g in segments)))
-        return Episode(
-            segments=tuple(segments),
-            text=chat.last_text if result_text is None else result_text,
-            finish_reason="length" if chat.cut else "stop",
-            policy_version=min(v[0] for v in chat.versions),
-            last_policy_version=max(v[1] for v in chat.versions),
-            env_reward=reward,
-            turns=chat.calls,
-            messages=tuple(chat.messages),
-            metrics=metrics,
-            train_on_env_tokens=self.settings.train_on_env_tokens,
-            turn_versions=tuple(chat.versions),
-        )
+        return chat.episode(result, self.context_tokens)
+
+    @staticmethod
+    def _clock() -> EpisodeClock:
+        """The clock of the episode this task runs (a stopped one outside :meth:`run`)."""
+        return _CLOCK.get() or EpisodeClock(float("inf"))
 
     def _render(self, fn: Callable[..., Any], *args: Any) -> Any:
         """The renderer on the environment's (checked) messages: what it cannot render (a role its
@@ -338,23 +323,27 @@ class EpisodeRunner:
         """``check(fn(*args))``: awaited when ``fn`` is a coroutine function, else on the thread pool
         (the check too: reading a returned iterator runs environment code); under
         ``step_timeout_s``. Every failure is an :class:`EpisodeFailed` naming the call."""
+        with self.in_flight.call(what):
+            return await self._checked_call(what, fn, args, check or _same)
+
+    async def _checked_call(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                            check: Callable[[Any], Any]) -> Any:
         limit = self.settings.step_timeout_s
-        check = check or _same
-        owner = _EPISODE.get()
-        key = id(args)  # a fresh tuple per call
-        self._in_flight[key] = (what, time.monotonic())
+        owner, clock = _EPISODE.get(), self._clock()
         try:
             if not inspect.iscoroutinefunction(fn):
                 try:
-                    return await self.pool.run(self.processes.on_thread(owner, _checked), fn, args, check, timeout=limit)
+                    return await self._on_thread(what, fn, args, check, owner, clock)
                 except CallTimedOut as exc:
                     label = f"{what} in {exc.doing}" if exc.doing else what
-                    self._hung[label] = self._hung.get(label, 0) + 1
                     raise EpisodeFailed(f"environment {label} ran longer than environment.step_timeout_s = "
                                         f"{limit:g}", timed_out=True) from None
             tracked = Tracked(fn(*args), f"environment {self.name!r} {what}", self.monitor)
-            with self.processes.watching(owner):
-                result = await asyncio.wait_for(_no_exit(tracked, what), limit)
+            # In this task (not wait_for's own): a call that returns at once waits for no other
+            # episode's turn on a busy loop, so it costs its clock nothing.
+            with self.processes.watching(owner), clock.counting():
+                async with asyncio.timeout(limit):
+                    result = await _no_exit(tracked, what)
             if tracked.blocked_s > limit:  # a blocking call inside async def: no timeout could fire
                 raise EpisodeFailed(
                     f"environment {what} held the event loop for {tracked.blocked_s:.1f} s without awaiting "
@@ -364,7 +353,7 @@ class EpisodeRunner:
             raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}",
                                 timed_out=True) from None
         except TooManyHungCalls as exc:
-            hung = ", ".join(f"{call} {n}x" for call, n in sorted(self._hung.items())) or "cut by the episode's limit"
+            hung = ", ".join(f"{call} {n}x" for call, n in sorted(exc.calls.items()))
             raise RunError(
                 f"environment {self.name!r}: {exc.hung} synchronous calls hang, still running "
                 f"{self.pool.hang_grace_s:g} s after their environment.step_timeout_s = {limit:g} ({hung}; at most "
@@ -376,6 +365,26 @@ class EpisodeRunner:
             raise EpisodeFailed(f"environment {what} returned {exc}") from None
         except (Exception, *EXITS) as exc:
             raise EpisodeFailed(f"environment {what} raised {type(exc).__name__}: {exc}") from exc
-        finally:
-            self._in_flight.pop(key, None)
 
+    async def _on_thread(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any],
+                         owner: EpisodeOwner | None, clock: EpisodeClock) -> Any:
+        """A plain call on the pool. The episode's clock runs while the environment's code runs
+        on the thread, as that thread saw it: from when it began, if the loop learns of the start
+        while that code still runs; a call over by then (a busy loop) adds its duration afterwards."""
+        timing, ran = CallTiming(), False
+
+        def started(picked_up: float) -> None:
+            nonlocal ran
+            if timing.ended is None:
+                ran = True
+                clock.resume(picked_up if timing.began is None else timing.began)
+        try:
+            result = await self.pool.run(
+                self.processes.on_thread(owner, _checked), fn, args, check, f"environment {self.name!r} {what}", timing,
+                timeout=self.settings.step_timeout_s, what=what, on_start=started)
+        finally:
+            if ran:
+                clock.pause(timing.ended)
+            elif timing.began is not None and timing.ended is not None:
+                clock.add(timing.ended - timing.began)
+        return result

@@ -7,8 +7,9 @@ policy through any OpenAI-compatible client for as many turns as it likes and re
 episode's reward. Every request is sampled through the episode's :class:`grpo_run.Chat`, so the
 episode trains on exactly the sampled ids, masked and segmented like any other episode.
 
-A malformed request is answered with HTTP 400 and drops the episode; so do an agent that raises
-or runs past ``environment.episode_timeout_s`` (the run goes on; the drop is counted).
+A malformed request is answered with HTTP 400 and drops the episode; so does an agent that raises,
+or whose own code (time not spent waiting for the policy's answers) runs past
+``environment.episode_timeout_s`` (the run goes on; the drop is counted).
 """
 
 from __future__ import annotations
@@ -59,7 +60,12 @@ class AgentConfig:
     """A request body larger than this is answered with HTTP 413 and drops the episode."""
     max_requests_in_flight: int = attrs.field(default=16, validator=attrs.validators.gt(0))
     """Requests of one episode served at once (they take their turns one by one); one more is
-    answered with HTTP 429 at once (OpenAI clients retry it)."""
+    answered with HTTP 429 at once and its connection closed (OpenAI clients retry it)."""
+    max_connections: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """Connections the endpoint holds open at once, all episodes together; more wait in the
+    kernel's queue until one closes. 0: an eighth of the process's open-file limit (its soft
+    limit, lifted to the hard one), as the agent's own end of each connection takes a file of the
+    trainer process too."""
 
 
 class AgentEnvironment:
@@ -72,8 +78,10 @@ class AgentEnvironment:
         from grpo_run.plugins.environments.agent_server import EpisodeServer
 
         self.config = config
+        self.label = config.function
+        """How the run's messages name this environment's code (``still waiting`` lines)."""
         self.function = load_agent_function(config.function)
-        self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight)
+        self.server = EpisodeServer(config.max_request_bytes, config.max_requests_in_flight, config.max_connections)
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult:
         if self.server.port == 0:

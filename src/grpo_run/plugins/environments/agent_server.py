@@ -12,18 +12,26 @@ Each episode registers itself and gets its own base URL,
 
 Bounded whatever the agent sends: a body over ``max_request_bytes`` is answered 413 (read no
 further), a request while ``max_in_flight`` of its episode are being served 429 (before its body
-is read), and the episode's chat serialises the rest and counts them against its budgets.
+is read), and the episode's chat serialises the rest and counts them against its budgets. Both
+refusals close their connection, so its descriptor is free at once (keep-alive would hold it
+through the client's retry delay). All episodes together, the endpoint holds at most
+``max_connections`` connections open (:class:`CappedListener`), by default an eighth of the
+process's open-file limit: agent code runs in the trainer, so its own end of each connection
+takes a descriptor of the same process, and 16 agents opening 1000 connections each had
+exhausted 20,000. Past the cap, new connections wait in the kernel's queue until one closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import json
 import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +41,9 @@ from grpo_run import Chat, ChatTurn, EpisodeOver
 
 MODEL_ID = "policy"
 """The one model the endpoint lists (any ``model`` in a request is accepted)."""
+BACKLOG = 1024
+"""Connections the kernel completes before the endpoint accepts them (a full queue drops new
+ones, which their clients retry only after a second)."""
 
 
 class BadRequest(ValueError):
@@ -63,9 +74,11 @@ class EpisodeEntry:
 class EpisodeServer:
     """The endpoint, started on first use; ``base_url(token)`` per episode."""
 
-    def __init__(self, max_request_bytes: int = 1 << 20, max_in_flight: int = 16) -> None:
+    def __init__(self, max_request_bytes: int = 1 << 20, max_in_flight: int = 16, max_connections: int = 0) -> None:
         self.max_request_bytes = max_request_bytes
         self.max_in_flight = max_in_flight
+        self.max_connections = max_connections
+        """Connections held open at once, all episodes together (0: an eighth of the open-file limit)."""
         self.episodes: dict[str, EpisodeEntry] = {}
         self._lock = threading.Lock()
         self._server: Any = None
@@ -82,14 +95,15 @@ class EpisodeServer:
             if self._server is None:
                 import uvicorn
 
-                _lift_open_file_limit()
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                files = _lift_open_file_limit()
+                self.max_connections = self.max_connections or max(64, files // 8)
+                sock = CappedListener(self.max_connections)
                 sock.bind(("127.0.0.1", 0))  # loopback only; a free port
-                sock.listen(128)
+                sock.listen(BACKLOG)
                 config = uvicorn.Config(self._app(), log_config=None, log_level="warning", access_log=False,
-                                        lifespan="off", timeout_keep_alive=5)
+                                        lifespan="off", timeout_keep_alive=5, backlog=BACKLOG)
                 self._server = uvicorn.Server(config)
-                self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                self._thread = threading.Thread(target=asyncio.run, args=(self._run_server(sock),),
                                                 name="grpo-run-agent-endpoint", daemon=True)
                 self._thread.start()
                 self._port = sock.getsockname()[1]
@@ -103,6 +117,12 @@ class EpisodeServer:
     def close(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
+
+    async def _run_server(self, sock: CappedListener) -> None:
+        """uvicorn on this thread's own (plain asyncio) loop: the listener's pauses at its cap are
+        not errors to log."""
+        asyncio.get_running_loop().set_exception_handler(_quiet_at_cap)
+        await self._server.serve(sockets=[sock])
 
     def open_episode(self, chat: Chat, loop: asyncio.AbstractEventLoop) -> str:
         """Register an episode; returns its token (``base_url`` names it)."""
@@ -147,6 +167,10 @@ class EpisodeServer:
         if entry is None:
             return _error(404, "no such episode (it has ended)")
         entry.requests += 1
+        turns_left = getattr(entry.chat, "turns_left", None)
+        if turns_left is not None and turns_left() <= 0:  # the episode is over: the empty turn now, not a 429
+            return JSONResponse(response_body(None, f"{token}-{entry.requests}", MODEL_ID, entry.served),
+                                headers={"connection": "close"})
         if entry.in_flight >= self.max_in_flight:  # answered before its body is read
             return _error(429, f"{entry.in_flight} requests of this episode are being served already "
                                f"(environment.max_requests_in_flight = {self.max_in_flight}); "
@@ -184,9 +208,64 @@ class EpisodeServer:
                                           entry.served))
 
 
-def _lift_open_file_limit() -> None:
+class AtCapacity(OSError):
+    """The endpoint holds ``max_connections`` connections: accepting pauses (asyncio stops
+    accepting for a second on EMFILE, which this is raised as)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(errno.EMFILE, f"the agent endpoint holds its {cap} connections (max_connections)")
+
+
+class CappedListener(socket.socket):
+    """The endpoint's listening socket (IPv4, stream): accepts no connection while ``cap`` of
+    those it accepted are open. Counted by the accepted sockets' ``close`` (asyncio's transports
+    close them), with a finalizer for one dropped unclosed."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(socket.AF_INET, socket.SOCK_STREAM)
+        self.cap = cap
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        with self._lock:
+            if self.open >= self.cap:
+                raise AtCapacity(self.cap)
+            self.open += 1
+        try:
+            fd, address = self._accept()  # type: ignore[attr-defined]
+        except BaseException:
+            self._release()
+            raise
+        conn = _Counted(self.family, self.type, self.proto, fileno=fd)
+        conn.release = weakref.finalize(conn, self._release)
+        return conn, address
+
+    def _release(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+
+class _Counted(socket.socket):
+    """An accepted connection; closing it (or its collection) frees its place under the cap."""
+
+    release: Any = None
+
+    def close(self) -> None:
+        if self.release is not None:
+            self.release()  # a finalizer runs once
+        super().close()
+
+
+def _quiet_at_cap(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if not isinstance(context.get("exception"), AtCapacity):
+        loop.default_exception_handler(context)
+
+
+def _lift_open_file_limit() -> int:
     """Each connection to the endpoint costs the trainer two descriptors (the agent's end and
-    ours): lift the soft limit to the hard one, as vLLM and Ray do (1024 is a common soft limit)."""
+    ours): lift the soft limit to the hard one, as vLLM and Ray do (1024 is a common soft limit).
+    Returns the soft limit now in force."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -194,8 +273,10 @@ def _lift_open_file_limit() -> None:
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
         except (ValueError, OSError):
             pass  # as it was
+    return soft if soft != resource.RLIM_INFINITY else 1 << 16
 
 
 async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:
@@ -226,7 +307,9 @@ def _error(status: int, message: str) -> Any:
     from starlette.responses import JSONResponse
 
     kind = _ERROR_TYPES.get(status, "invalid_request_error")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status)
+    headers = {"connection": "close"} if status in (413, 429) else None  # a refusal frees its connection at once
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status,
+                        headers=headers)
 
 
 # -- OpenAI request and response bodies -----------------------------------------------------------

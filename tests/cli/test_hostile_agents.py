@@ -1,0 +1,56 @@
+"""Agent code under load, run through ``grpo-run`` (docs/reliability.md, "Agent episodes under
+load"): a flood of requests never exhausts the trainer's open files, and a first Ctrl-C ends a
+run whose agents are slow to let go, saving the last finished step."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from support.processes import run_grpo
+from support.runs import agent_run
+
+pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_flood_of_requests_from_every_episode_stays_within_the_open_file_limit(tmp_path, monkeypatch):
+    """4 episodes x 150 requests at once under an open-file limit of 1024: the agents' own ends of
+    their connections take 600 of the trainer's files. The endpoint held one file per connection
+    as long as the client kept it (keep-alive through the retries of its 429s) and accepted past
+    the limit: `socket.accept() out of system resource`, requests unanswered."""
+    monkeypatch.setenv("FLOOD_N", "150")
+    monkeypatch.setenv("FLOOD_OUT", str(tmp_path / "flood.jsonl"))
+    path, run = agent_run(tmp_path, "support.hostile_agents:flood", train={"total_steps": 1},
+                          rollout={"num_unique_prompts_rollout": 1})
+    done = run_grpo([str(path), "--output-dir", str(run)], open_files=1024, limit_s=240)
+
+    assert done.returncode == 0 and "Traceback" not in done.output, done.output
+    assert "out of system resource" not in (run / "log.jsonl").read_text()
+    episodes = [json.loads(line) for line in (tmp_path / "flood.jsonl").read_text().splitlines()]
+    assert len(episodes) == 4 and all(e == {"answered": 150, "errors": {}} for e in episodes), episodes
+
+
+def test_a_first_ctrl_c_ends_a_run_whose_agents_are_slow_to_let_go_saving_the_last_step(tmp_path, monkeypatch):
+    """Step 1's episodes behave; step 2's agents ignore cancellation for a minute in their clean-up
+    (as unwinding thousands of requests does). The first Ctrl-C waited for them, and a second one
+    saved nothing."""
+    monkeypatch.setenv("STUBBORN_FREE", "8")
+    path, run = agent_run(tmp_path, "support.hostile_agents:stubborn", train={"total_steps": 3},
+                          logging={"report_waits_s": 1})
+    done = run_grpo([str(path), "--output-dir", str(run)], limit_s=120, signals=[(signal.SIGINT, 0.0)],
+                    when=lambda out: "an agent holds on" in out)
+
+    assert done.returncode == 130 and "Traceback" not in done.output and done.leftovers == [], done.output
+    assert done.seconds_after_signal < 30  # the agents hold on for 60 s
+    assert "SIGINT: the run is still stopping 10 s after it (its event loop is busy); stopping from outside the loop" \
+        in done.lines, done.output
+    checkpoint = run / "checkpoints" / "step_1"
+    assert done.lines[-2:] == [
+        f"interrupted by SIGINT after step 1: checkpoint {checkpoint}",
+        f"resume with: grpo-run train {path} --output-dir {run} --resume {checkpoint}",
+    ]
+    assert (checkpoint / "model.safetensors").exists()
