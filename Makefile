@@ -23,8 +23,8 @@ browser-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "warning: chromium missing (the browser tests will skip); install it with: sudo apt-get install -y chromium"; fi; }
 
-# torch==2.13.0 first: on this machine it resolves to the local CPU wheel (any other spec pulls
-# a multi-GB CUDA build). The core alone is what the demo needs (examples/arithmetic.toml uses
+# torch==2.13.0 first: where a CPU wheel of it is at hand (a local wheel folder or index) it is
+# the one taken (other specs can pull a multi-GB CUDA build). The core alone is what the demo needs (examples/arithmetic.toml uses
 # only built-in plugins); the tests add the dev extra and the tests' example plugins.
 $(VENV)/.installed-core: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -5,7 +5,7 @@ process's GIL), and takes ``--delay`` seconds per request (model ``slow:<delay>`
 bound by how many requests the verifier keeps in flight, ideally max_concurrency / delay. For
 each ``--concurrency`` it prints the most requests the server saw in flight at once, the errors,
 the throughput, the client's CPU time per request and the call latency. Every call is a distinct
-request (no cache hits). Target (issue 3): >= 64 concurrent judge calls without errors.
+request (no cache hits). Target: >= 64 concurrent judge calls without errors.
 
     python bench/bench_judge.py [--concurrency 64 128] [--calls 512] [--delay 0.2]
 """

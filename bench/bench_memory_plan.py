@@ -1,6 +1,6 @@
 """The memory plan beside the learner step simulated on fake tensors, for GPU shapes, on any machine.
 
-    python bench/bench_memory_plan.py [--sizes 360m,1.7b] [--memory 80GiB] [--settings defaults,wave3]
+    python bench/bench_memory_plan.py [--sizes 360m,1.7b] [--memory 80GiB] [--settings defaults,unbounded]
     python bench/bench_memory_plan.py --examples [--simulate 135m,360m]   # docs/memory.md's worked examples
 
 For random-init SmolLM2-360M- and -1.7B-shaped models (bench/cuda_models.py; only their
@@ -12,7 +12,7 @@ simulated peak of two learner steps, their difference, and the plan's verdict on
 
 * ``defaults``: the config's defaults on CUDA (bf16 autocast over fp32 weights, gradient
   checkpointing on, ``max_tokens_per_forward = "auto"``);
-* ``wave3``: the learner the H200 figures were measured with: one forward per mini-batch, no
+* ``unbounded``: the learner the H200 figures were measured with: one forward per mini-batch, no
   checkpointing, real ``[tokens, vocabulary]`` logits (as for a model that post-processes its
   logits: the plan measures and the simulation runs that path here). Measured on the H200: 75.3 GiB peak for 360M,
   out of memory at 139.7 GiB for 1.7B.
@@ -51,7 +51,7 @@ EXAMPLE_BATCH = ["rollout.num_unique_prompts_rollout=16", "rollout.num_samples_p
                  "data.max_prompt_token_length=256", "rollout.response_length=1024", "algorithm.pack_length=4096"]
 SETTINGS = {
     "defaults": [],
-    "wave3": ["learner.max_tokens_per_forward=0", "model.gradient_checkpointing=false"],
+    "unbounded": ["learner.max_tokens_per_forward=0", "model.gradient_checkpointing=false"],
 }
 CONFIG = """
 [model]
@@ -103,14 +103,14 @@ def one(size: str, setting: str, memory: float, workdir: Path, *, shape: dict | 
     spec = learner_spec(cfg, host, str(model), 0, device="cuda")
     from grpo_run.core.learner.probe import activation_costs
 
-    costs = activation_costs(spec, config, rollout_shape(cfg), device="cuda", full_logits=setting == "wave3")
+    costs = activation_costs(spec, config, rollout_shape(cfg), device="cuda", full_logits=setting == "unbounded")
     plan = plan_run(cfg, host.registry, plan_inputs(cfg, spec, config, device="cuda", capacity=memory, costs=costs))
     planned = learner_step_bytes(plan.processes[0])
     if not simulate:
         return {"planned": planned, "simulated": None, "process": plan.processes[0].peak, "fits": plan.fits,
                 "budget": plan.budget, "advice": plan.advice, "params": inputs_params(config)}
     spec = attrs.evolve(spec, forward_tokens=plan.budget, logprob_forward_tokens=plan.logprob_budget)
-    simulated = simulate_step(spec, config, rollout_shape(cfg), device="cuda", full_logits=setting == "wave3")
+    simulated = simulate_step(spec, config, rollout_shape(cfg), device="cuda", full_logits=setting == "unbounded")
     return {"planned": planned, "simulated": simulated.peak, "micro": simulated.micro_batches,
             "seconds": simulated.seconds, "process": plan.processes[0].peak, "fits": plan.fits,
             "budget": plan.budget, "advice": plan.advice, "params": inputs_params(config)}
@@ -147,7 +147,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="360m,1.7b")
-    parser.add_argument("--settings", default="defaults,wave3")
+    parser.add_argument("--settings", default="defaults,unbounded")
     parser.add_argument("--memory", default="80GiB", help="one device's memory for the verdict")
     parser.add_argument("--examples", action="store_true", help="docs/memory.md's worked examples")
     parser.add_argument("--simulate", default="", help="with --examples: the sizes to simulate too (e.g. 135m,360m)")
@@ -168,7 +168,7 @@ def main() -> int:
                 sim = r["simulated"] or float("nan")
                 print(f"| {size} | {setting} | {r['budget']:,} | {r['planned'] / gib:.1f} GiB | {sim / gib:.1f} GiB | "
                       f"{r['planned'] / sim - 1:+.0%} | {r.get('micro', 0):.0f} | {r['process'] / gib:.1f} GiB | {verdict} | "
-                      f"{H200[size] if setting == 'wave3' else 'not measured'} |", flush=True)
+                      f"{H200[size] if setting == 'unbounded' else 'not measured'} |", flush=True)
     return 0
 
 

@@ -4,8 +4,8 @@
 # that stops it.
 # Dry runs (`--dry-run --ignore-installed`): nothing is installed, but pip downloads the wheels it
 # considers to read their dependencies (into a temporary folder it removes). Run as the user's pip
-# sees PyPI: no pip config files (PIP_CONFIG_FILE=/dev/null drops this machine's torch<=2.14.1 cap
-# and its local wheel folders; with the cap the picks are the same today, torch 2.14.x either way).
+# sees PyPI: no pip config files (PIP_CONFIG_FILE=/dev/null drops a pip config's caps and local wheel
+# folders, so the picks are PyPI's own).
 #
 #   scripts/check_extras.sh WHEEL [PYTHON]    # WHEEL: dist/grpo_run-*.whl (scripts/check_dist.py)
 # Exits 1 when any set does not resolve, printing pip's conflict; the chosen vllm / torch /

@@ -6,8 +6,7 @@
 #      run's peak (torch.cuda.max_memory_allocated) beside its memory plan (grpo-run plan),
 #   2. pytest -m gpu     (tests needing vLLM / DeepSpeed / flash-attn skip, with the reason),
 #   3. train the embedded example (examples/arithmetic.toml) on CUDA.
-# Each stage has a time limit: 240 + 150 + 90 s, about 8 minutes with the install, so one call of
-# at most 9 minutes holds them all. The output is what docs/gpu.md quotes.
+# Each stage has a time limit: 240 + 150 + 90 s, about 8 minutes with the install. The output is what docs/gpu.md quotes.
 #
 #   scripts/gpu_check.sh [WHEELS_DIR]      # `make gpu-check`; exit 1 when a stage fails
 # GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (a rehearsal of the script, not a GPU check).

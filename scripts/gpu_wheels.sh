@@ -4,8 +4,8 @@
 # dependencies (cattrs, structlog, math-verify, if-verifiable, ...). This builds grpo-run's wheel,
 # resolves its dependencies for the image's Python (cp312, manylinux x86_64) with the image's
 # torch / transformers / hub pinned (IMAGE_PINS), and downloads every resolved wheel except the
-# large ones the image already has (IMAGE_HAS) into wheels/ (ignored by git; the device tool's
-# `carry` takes it, 64 MiB with the working tree).
+# large ones the image already has (IMAGE_HAS) into wheels/ (ignored by git; about 60 MiB, small
+# enough to copy to the GPU machine with the working tree).
 #
 #   PYTHON=.venv/bin/python scripts/gpu_wheels.sh     # `make gpu-wheels`
 set -euo pipefail

@@ -10,7 +10,7 @@ and :class:`RewardFunction` (docs/python-api.md).
 
 from importlib import metadata as _metadata
 
-from grpo_run.core.config.formatting import ConfigIssue
+from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.errors import PluginError, RunError, UserError
@@ -63,8 +63,8 @@ from grpo_run.core.plugins.episodes import (
     ToolSchema,
 )
 from grpo_run.core.plugins.hookspecs import hookimpl, hookspec
-from grpo_run.core.plugins.rendering import TemplateRenderer
 from grpo_run.core.plugins.registry import Registrar
+from grpo_run.core.plugins.rendering import TemplateRenderer
 from grpo_run.core.secrets import looks_like_secret, mask_secrets
 from grpo_run.core.plugins.types import (
     FINISH_REASON_KEY,
@@ -82,6 +82,7 @@ from grpo_run.core.plugins.types import (
     ShapingVerifierConfig,
     VerifierConfig,
     VerifierResult,
+    check_reward_interval,
     is_solved,
     reaches,
 )
@@ -162,6 +163,7 @@ __all__ = [
     "VerifierConfig",
     "VerifierResult",
     "__version__",
+    "check_reward_interval",
     "hookimpl",
     "hookspec",
     "is_solved",

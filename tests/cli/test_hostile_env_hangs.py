@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from grpo_run.cli.main import main
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 from support import faulty_verifiers as faulty
 from support.paths import EXAMPLES
 from support.hostile_envs import install

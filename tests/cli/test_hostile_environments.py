@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_run.cli.main import main
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 from support.hostile_env import EXPECTED, KINDS, install
 from support.processes import run_grpo
 from support.runs import merge

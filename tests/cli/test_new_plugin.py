@@ -19,7 +19,7 @@ import pytest
 
 from grpo_run.cli.main import main
 from grpo_run.cli.new_plugin import KINDS, names_for
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 from grpo_run.core.plugins.host import build_plugin_host
 from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from grpo_run.cli.main import main
 from support.paths import EXAMPLES
 from support.processes import metrics_steps, run_grpo
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 
 pytestmark = pytest.mark.timeout(300)
 TOTAL = 4

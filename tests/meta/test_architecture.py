@@ -14,10 +14,12 @@ import grpo_run
 SRC = Path(grpo_run.__file__).resolve().parent
 
 
-def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
+def imported_modules(path: Path, root: Path, tree: ast.Module | None = None) -> list[tuple[int, str]]:
     """(line, module) of every import in a file under ``root`` (the folder holding the
-    ``grpo_run`` package), relative imports resolved against its package."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    ``grpo_run`` package), relative imports resolved against its package (``tree``: the file's,
+    when already parsed)."""
+    if tree is None:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     found = []
     for node in ast.walk(tree):
@@ -105,3 +107,88 @@ def test_importing_grpo_run_stays_light() -> None:
 
     code = "import sys, grpo_run; print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def import_graph(package: Path = SRC, inside: str = "grpo_run.core") -> dict[str, set[str]]:
+    """module -> the modules under ``inside`` it imports, deferred imports (inside functions)
+    included and ``if TYPE_CHECKING:`` blocks left out; a package's ``__init__`` is not a target."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if not name.startswith(inside):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        found = {module for _, module in imported_modules(path, package.parent, tree)}
+        targets = set()
+        for module in found:
+            while module and module not in modules:
+                module = module.rpartition(".")[0]
+            if module and module != name and module.startswith(inside) and modules[module].name != "__init__.py":
+                targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_in_the_core_not_even_through_a_deferred_import() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_cores_rooms_depend_one_way() -> None:
+    # Rooms are core's sub-packages (and its top-level modules): a room importing one that imports
+    # it back, through any files, ties both into one.
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:3])
+
+    rooms: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        rooms.setdefault(room(module), set()).update(room(t) for t in targets if room(t) != room(module))
+    assert circles(rooms) == []
+
+
+def test_the_circle_check_sees_a_circle_closed_by_a_deferred_import(tmp_path: Path) -> None:
+    core = tmp_path / "grpo_run" / "core"
+    core.mkdir(parents=True)
+    (core / "__init__.py").write_text("", encoding="utf-8")
+    (core / "a.py").write_text("from grpo_run.core.b import B\nA = 1\n", encoding="utf-8")
+    (core / "b.py").write_text("B = 2\n\ndef f():\n    from grpo_run.core.a import A\n    return A\n", encoding="utf-8")
+    (core / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grpo_run.core.a import A\n",
+                               encoding="utf-8")
+    assert circles(import_graph(tmp_path / "grpo_run")) == [["grpo_run.core.a", "grpo_run.core.b"]]

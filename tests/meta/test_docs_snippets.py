@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from grpo_run.cli.main import _parser, command_words
-from grpo_run.core.config.formatting import ConfigError
+from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.loading import parse_config
 from support.paths import DOCS, EXAMPLES, REPO
 

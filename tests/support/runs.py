@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 from support.paths import EXAMPLES
 
 DEFAULTS: dict[str, Any] = {

@@ -33,25 +33,17 @@ import cloudpickle
 from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.families import VERIFIER
 from grpo_run.core.plugins.registry import ComponentRegistry, Registrar
-from grpo_run.core.plugins.types import REWARD_LIMIT, ShapingVerifierConfig, VerifierResult
+from grpo_run.core.plugins.types import ShapingVerifierConfig, VerifierResult, check_reward_interval
 
 CHAT_COLUMNS = ("prompt", "messages", "completion")
 """Row keys that are not passed to a TRL-style function as columns (the prompt goes as ``prompts``)."""
-
-
-def _finite_range(_inst: Any, _attribute: attrs.Attribute, value: tuple[float, float]) -> None:
-    low, high = value
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"must be two finite numbers with low < high, got {list(value)}")
-    if max(abs(low), abs(high)) > REWARD_LIMIT:
-        raise ValueError(f"must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale scores down), got {list(value)}")
 
 
 @attrs.frozen
 class RewardFunctionConfig(ShapingVerifierConfig):
     """A reward function's options in the config (``[verifiers.<function name>]``)."""
 
-    score_range: tuple[float, float] = attrs.field(default=(0.0, 1.0), validator=_finite_range)
+    score_range: tuple[float, float] = attrs.field(default=(0.0, 1.0), validator=check_reward_interval)
     """The interval the function's values lie in; a value outside it counts as a failed call.
     Its top is what the function can add to a row's maximum reward."""
 

@@ -81,7 +81,7 @@ def train(
     training loop runs its own.
     """
     from grpo_run.core.loop.checkpoint import find_checkpoint
-    from grpo_run.core.loop.run import checkpoints_dir, default_run_dir, run_dir_of_checkpoint
+    from grpo_run.core.loop.rundir import checkpoints_dir, default_run_dir, run_dir_of_checkpoint
     from grpo_run.core.loop.run import train as run_training
 
     cfg, host = _prepare(config, reward_funcs, reward_weights, overrides)

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import attrs
 
-from grpo_run.core.config.dumping import toml_value
 from grpo_run.core.config.schema import KLSlot, PluginSlot, RunConfig
+from grpo_run.core.config.toml_writer import toml_value
 from grpo_run.core.plugins.families import FAMILIES, Family
 from grpo_run.core.plugins.registry import ComponentEntry, ComponentRegistry
 

@@ -33,18 +33,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grpo_run.cli.docs import add_docs_parser, run_docs_command
+from grpo_run.cli.eval import add_eval_parser, run_eval_command
+from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
+from grpo_run.cli.plan import add_plan_parser, run_plan_command
+from grpo_run.cli.report import add_report_parser, run_report_command
+from grpo_run.cli.score import add_score_parser, run_score_command
+from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
 from grpo_run.core.errors import PluginInterrupted, RunError, UserError
 from grpo_run.core.loop.fserrors import FS_ERRNOS
 from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.core.secrets import mask_secrets
-from grpo_run.cli.docs import add_docs_parser, run_docs_command
-from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
-from grpo_run.cli.score import add_score_parser, run_score_command
-from grpo_run.cli.eval import add_eval_parser, run_eval_command
-from grpo_run.cli.plan import add_plan_parser, run_plan_command
-from grpo_run.cli.report import add_report_parser, run_report_command
-from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
 
 COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
 
@@ -184,8 +184,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             print_problem(Console(stderr=True, highlight=False), "warning:", text)
         print_data_summary(Console(highlight=False), rows, oversized_prompts(cfg, host, rows))
         return 0
-    from grpo_run.core.loop.run import default_run_dir, train
-    from grpo_run.core.loop.rundir import run_dir_of_resume_path
+    from grpo_run.core.loop.run import train
+    from grpo_run.core.loop.rundir import default_run_dir, run_dir_of_resume_path
 
     _fault_stacks()
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
@@ -214,7 +214,7 @@ def _load_checked(args: argparse.Namespace, host):
     model's."""
     from grpo_run.cli.data_check import check_data
     from grpo_run.core.config import load_config
-    from grpo_run.core.config.formatting import ConfigError, ConfigIssue
+    from grpo_run.core.config.issues import ConfigError, ConfigIssue
     from grpo_run.core.config.loading import apply_overrides, read_toml
     from grpo_run.core.loop.preflight import check_model, raw_model_issues
 

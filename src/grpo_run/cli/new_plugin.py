@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpo_run
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.families import FAMILIES, family
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_run.core.config import load_config
-from grpo_run.core.config.formatting import ConfigError
+from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.peer_names import PEER_NAMES, _section_keys
 
 BASE = '[task]\nname = "arithmetic"\n\n[verifiers.math]\n'

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from support.paths import EXAMPLES
-from grpo_run.core.config.formatting import ConfigError
+from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.loading import parse_config
 from grpo_run.plugins.engines.vllm import VLLMEngineConfig
 from grpo_run.plugins.engines.vllm import worker as wire
@@ -58,7 +58,7 @@ def test_gpu_only_options_on_cpu_and_useless_inflight_updates_are_errors(plugin_
 
 def test_a_temperature_vllm_refuses_is_a_config_error_before_anything_loads(tmp_path, capsys):
     from grpo_run.cli.main import main
-    from grpo_run.core.config.dumping import dumps_toml
+    from grpo_run.core.config.toml_writer import dumps_toml
 
     data = example()
     data["rollout"]["temperature"] = 2.5

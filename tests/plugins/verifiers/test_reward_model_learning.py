@@ -24,7 +24,7 @@ from support.reward_models import TEMPLATE, ends_even, fit_reward_model
 
 import grpo_run
 from grpo_run.cli.main import main
-from grpo_run.core.config.dumping import dumps_toml
+from grpo_run.core.config.toml_writer import dumps_toml
 
 STEPS = 6
 

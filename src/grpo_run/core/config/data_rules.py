@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_run.core.config.formatting import ConfigIssue
+from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.registry import did_you_mean
 

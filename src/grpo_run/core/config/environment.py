@@ -1,4 +1,5 @@
-"""The ``[environment]`` slot (multi-turn episodes) and its cross-section rules.
+"""The ``[environment]`` slot (multi-turn episodes); its cross-section rules are
+:mod:`grpo_run.core.config.environment_rules`.
 
 ``name`` and the budgets, timeouts and reward settings below are core keys of the table; every
 other key configures the chosen environment. ``[renderer]`` chooses the chat format and
@@ -7,27 +8,14 @@ other key configures the chosen environment. ``[renderer]`` chooses the chat for
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import attrs
 from attrs import validators as v
 
 from grpo_run.core.config.slots import PluginSlot
 from grpo_run.core.config.validators import positive
-from grpo_run.core.plugins.types import REWARD_LIMIT
-
-if TYPE_CHECKING:
-    from grpo_run.core.config.formatting import ConfigIssue
-    from grpo_run.core.config.schema import RunConfig
-
-
-def _reward_range(instance: object, attribute: attrs.Attribute, value: tuple[float, float]) -> None:
-    low, high = value
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"must be two finite numbers [low, high] with low < high, got {list(value)}")
-    if max(abs(low), abs(high)) > REWARD_LIMIT:
-        raise ValueError(f"must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale rewards down), got {list(value)}")
+from grpo_run.core.plugins.types import check_reward_interval
 
 
 @attrs.frozen
@@ -53,7 +41,7 @@ class EnvironmentSlot(PluginSlot):
     calls (the tools they call included), or, with ``run_episode``, everything but its model calls.
     Waiting for generation (the batched turns of all episodes, the learner and weight syncs in
     between) or for a free environment thread does not count. An overrun drops the episode."""
-    reward_range: tuple[float, float] = attrs.field(default=(-100.0, 100.0), validator=_reward_range, kw_only=True)
+    reward_range: tuple[float, float] = attrs.field(default=(-100.0, 100.0), validator=check_reward_interval, kw_only=True)
     """The closed interval each reward of the environment must lie in: every ``step``'s, ``finish``'s
     and ``run_episode``'s. A reward outside it (``1e308``, a score in the thousands) fails its
     episode, counted like any failing episode, as a verifier's score outside its ``score_range``
@@ -88,37 +76,3 @@ class EnvironmentSlot(PluginSlot):
     of turn ``t`` get the return-to-go ``G_t = sum_{t' >= t} discount**(t'-t) r_t' + F`` (``F``: the
     verifiers' score and ``finish``), centred and scaled by the group statistics of the episode
     returns ``G_0`` (docs/environments.md)."""
-
-
-def environment_rules(cfg: RunConfig) -> list[ConfigIssue]:
-    """A renderer needs an environment; trained environment tokens have no engine log-probs.
-
-    An environment without a ``[renderer]`` uses the model's own chat format (chosen when the run
-    is built: :mod:`grpo_run.core.loop.episode_setup`)."""
-    from grpo_run.core.config.formatting import ConfigIssue  # formatting imports the schema, which imports us
-
-    env = cfg.environment
-    if env is None:
-        if cfg.renderer is not None:
-            return [ConfigIssue("renderer", "is only used with an [environment] table; add one or remove [renderer]")]
-        return []
-    issues = []
-    if env.max_tokens_per_turn is not None and env.max_tokens_per_turn > cfg.rollout.response_length:
-        issues.append(ConfigIssue(
-            "environment.max_tokens_per_turn",
-            f"must be <= rollout.response_length ({cfg.rollout.response_length}), got {env.max_tokens_per_turn}"))
-    if env.advantage_granularity == "turn" and env.reward_combination == "last":
-        issues.append(ConfigIssue(
-            "environment.advantage_granularity",
-            '"turn" needs returns summed over turns: set environment.reward_combination to "sum" or "discounted"'))
-    if env.max_worker_rss_mb and env.isolation != "process":
-        issues.append(ConfigIssue(
-            "environment.max_worker_rss_mb",
-            'limits environment worker processes: set environment.isolation = "process" (or leave it 0)'))
-    alg = cfg.algorithm
-    if env.train_on_env_tokens and (alg.use_engine_logprobs_as_old or alg.mismatch_correction != "none"):
-        issues.append(ConfigIssue(
-            "environment.train_on_env_tokens",
-            "cannot be combined with algorithm.use_engine_logprobs_as_old or algorithm.mismatch_correction: "
-            "environment tokens have no engine log-probs"))
-    return issues

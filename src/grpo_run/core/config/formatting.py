@@ -16,8 +16,9 @@ from typing import Any
 import attrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
-from grpo_run.core.config.dumping import toml_key
-from grpo_run.core.errors import UserError
+from grpo_run.core.config.issues import ConfigError, ConfigIssue
+from grpo_run.core.config.peer_names import unknown_key_hint
+from grpo_run.core.config.toml_writer import toml_key
 from grpo_run.core.plugins.registry import did_you_mean
 
 _TOML_TYPES: tuple[tuple[type, str], ...] = (
@@ -34,30 +35,6 @@ _TOML_TYPES: tuple[tuple[type, str], ...] = (
 )
 # attrs' comparison validators (gt, ge, lt, le) say "'lr' must be > 0: -1".
 _ATTRS_COMPARISON = re.compile(r"^'(?P<name>[^']+)' must be (?P<op>[<>]=?) (?P<bound>.+): (?P<got>.+)$", re.S)
-
-
-@attrs.frozen
-class ConfigIssue:
-    """One problem in a config: where (a dotted key path, ``""`` for the whole file) and what."""
-
-    path: str
-    message: str
-
-
-class ConfigError(UserError):
-    """A config that cannot be used; ``issues`` lists every problem found, not just the first."""
-
-    def __init__(self, source: str, issues: Sequence[ConfigIssue]) -> None:
-        super().__init__(source, list(issues))
-        self.source = source
-        """Where the config came from: the file name, ``--set`` or ``<config>``."""
-        self.issues: list[ConfigIssue] = list(issues)
-
-    def __str__(self) -> str:
-        return "\n".join(
-            f"{self.source}: {issue.path}: {issue.message}" if issue.path else f"{self.source}: {issue.message}"
-            for issue in self.issues
-        )
 
 
 class UnknownKeyError(ValueError):
@@ -97,8 +74,6 @@ def with_key(exc: Exception, key: str | int) -> Exception:
 def unknown_key_error(key: str, allowed: Collection[str]) -> UnknownKeyError:
     """``unknown key (grpo-run calls it optim.lr)`` when ``key`` is a peer framework's name or a key
     of another table, else ``unknown key (did you mean 'temperature'?)``; placed under ``key``."""
-    from grpo_run.core.config.peer_names import unknown_key_hint
-
     # What grpo-run knows a key to mean (a peer's name, another table's key) beats a close spelling.
     exc = UnknownKeyError(f"unknown key{unknown_key_hint(key) or did_you_mean(key, sorted(allowed))}")
     with_key(exc, key)

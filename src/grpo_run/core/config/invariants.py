@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_run.core.config.data_rules import DATA_RULES
-from grpo_run.core.config.environment import environment_rules
-from grpo_run.core.config.formatting import ConfigIssue
+from grpo_run.core.config.environment_rules import environment_rules
+from grpo_run.core.config.issues import ConfigIssue
+from grpo_run.core.config.placement_rules import PLACEMENT_RULES
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
 from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.types import VerifierConfig
-from grpo_run.core.placement.rules import PLACEMENT_RULES
 
 Invariant = Callable[[RunConfig], list[ConfigIssue]]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.formatting import ConfigIssue
+from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.plugins.abilities import TakesRunDefaults
 from grpo_run.core.plugins.families import FAMILIES

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class RunParts:
     placement: Placement | None = None
     notes: list[str] = attrs.Factory(list)
     """Console lines about choices the config left open (an environment's default renderer)."""
+    episodes: Any = None
+    """The ``[environment]``'s :class:`~grpo_run.core.rollout.episode_runner.EpisodeRunner`, if any."""
 
     def loop_parts(self) -> LoopParts:
         return LoopParts(self.producer, self.learner, self.engine, self.evaluator)
@@ -121,12 +123,15 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
     )
 
 
-def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: str | Path | None = None) -> RunParts:
+def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: str | Path | None = None,
+              warn: Callable[[str], None] | None = None) -> RunParts:
     """Load data, model, tokenizer and every plugin component for ``cfg``.
 
     ``policy_from``: a checkpoint directory (Hugging Face format) whose weights the policy starts
     from instead of ``model.name_or_path`` (resuming). The tokenizer, the engine's initial
-    weights and the reference policy still come from ``model.name_or_path``.
+    weights and the reference policy still come from ``model.name_or_path``. ``warn``: where the
+    parts' warnings during the run go (the console): async verifiers, an evaluation whose every
+    episode failed, an environment's episodes and the processes they leave behind.
     """
     import transformers
 
@@ -189,26 +194,30 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
     notes = [note for note in (budget_note, row_verifier_note(cfg, prompts.train)) if note is not None]
-    producer = build_producer(cfg, registry, tokenizer, sampler, engine, scorer, encoder, params, notes)
+    if warn is not None:
+        scorer.show_warnings_with(warn)
+    episodes = build_episode_runner(cfg, registry, tokenizer, engine, params, notes, warn)
+    producer = build_producer(cfg, sampler, engine, scorer, encoder, params, episodes)
     traces = TraceWriter(run_dir, cfg.logging.log_rollouts_every, cfg.logging.max_rollout_bytes,
                          lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          sinks=[t for t in trackers if isinstance(t, LogsCompletions)])
     evaluator = Evaluator(
         engine, scorer, prompts.eval, r.response_length, r.stop_strings,
         num_samples=cfg.eval.num_samples, temperature=cfg.eval.temperature, traces=traces, seed=cfg.run.seed,
-        episodes=getattr(producer, "runner", None),
+        episodes=episodes,
     ) if prompts.eval else None
+    if evaluator is not None:
+        evaluator.warn = warn
     log.info("run_built", model=model_path, train_rows=len(prompts.train), eval_rows=len(prompts.eval),
              parameters=learner.num_parameters)
     return RunParts(cfg, host, run_dir, prompts, tokenizer, engine, scorer, sampler, learner, trackers,
-                    producer, evaluator, traces, placement, notes)
+                    producer, evaluator, traces, placement, notes, episodes)
 
 
-def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, sampler: Sampler,
-                   engine: GenerationEngine, scorer: RewardScorer, encoder: PromptEncoder,
-                   params: SamplingParams, notes: list[str] | None = None) -> RolloutProducer:
-    """The single-turn producer, or with ``[environment]`` the episode producer (``notes``: as
-    :func:`build_episode_runner`'s)."""
+def build_producer(cfg: RunConfig, sampler: Sampler, engine: GenerationEngine, scorer: RewardScorer,
+                   encoder: PromptEncoder, params: SamplingParams, episodes: Any = None) -> RolloutProducer:
+    """The single-turn producer, or with ``[environment]`` the episode producer running
+    ``episodes`` (:func:`build_episode_runner`)."""
     num_prompts = cfg.rollout.num_unique_prompts_rollout
     env = cfg.environment
     if env is None:
@@ -216,20 +225,21 @@ def build_producer(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, 
     from grpo_run.core.rollout.episode_producer import EpisodeProducer
     from grpo_run.core.scoring.metrics import ErrorRateGuard
 
-    runner = build_episode_runner(cfg, registry, tokenizer, engine, params, notes)
-    assert runner is not None
+    assert episodes is not None
     sc = cfg.scoring
     guard = ErrorRateGuard(sc.max_error_rate, sc.error_window, min(sc.error_min_calls, sc.error_window),
                            what="environment")
     return EpisodeProducer(sampler, engine, scorer, encoder, params, num_prompts, seed=cfg.run.seed,
-                           runner=runner, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
+                           runner=episodes, run_seed=cfg.run.seed, env_name=env.name, guard=guard)
 
 
 def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer: Any, engine: GenerationEngine,
-                         params: SamplingParams, notes: list[str] | None = None) -> Any:
+                         params: SamplingParams, notes: list[str] | None = None,
+                         warn: Callable[[str], None] | None = None) -> Any:
     """The :class:`EpisodeRunner` of the ``[environment]`` (None without one): training's producer
     and ``grpo-run eval`` build it the same way. ``notes`` hears what the console should say
-    about the choices the config left open (see :mod:`grpo_run.core.loop.episode_setup`)."""
+    about the choices the config left open (see :mod:`grpo_run.core.loop.episode_setup`);
+    ``warn``, the runner's warnings and those about processes its episodes leave behind."""
     env = cfg.environment
     if env is None:
         return None
@@ -255,9 +265,11 @@ def build_episode_runner(cfg: RunConfig, registry: ComponentRegistry, tokenizer:
         raise
     if note is not None and notes is not None:
         notes.append(note)
-    return EpisodeRunner(environment, renderer, engine, env, params,
-                         prompt_limit=first_prompt_limit(cfg, tokenizer), context_tokens=context_tokens(cfg, tokenizer),
-                         processes=processes)
+    runner = EpisodeRunner(environment, renderer, engine, env, params,
+                           prompt_limit=first_prompt_limit(cfg, tokenizer), context_tokens=context_tokens(cfg, tokenizer),
+                           processes=processes)
+    runner.warning_sink = processes.warn = warn
+    return runner
 
 
 def first_prompt_limit(cfg: RunConfig, tokenizer: Any) -> Any:

@@ -15,100 +15,25 @@ SIGINT and SIGTERM stop a run safely (:mod:`.signals`): the loop abandons what i
 run saves a checkpoint after the last finished step -- as exact as a scheduled one -- and raises
 :class:`~grpo_run.core.loop.signals.RunInterrupted`. The run directory is prepared by
 :mod:`.rundir` (an existing run is refused without ``resume_from`` / ``overwrite``).
+
+The steps have homes of their own: :mod:`.opening` (the run directory, log, console, hooks),
+:mod:`.build` (the parts), :mod:`.resuming`, :mod:`.wiring` (the loop and what watches it).
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import structlog
-
-from grpo_run.core.config import dump_config_toml
-from grpo_run.core.config.advice import config_warnings
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.errors import UserError
-from grpo_run.core.learner.cpu_bf16 import cpu_flags, slow_bf16_warning
-from grpo_run.core.learner.lora import merged_model_writer
-from grpo_run.core.learner.spec import resolve_device
-from grpo_run.core.loop.build import RunParts, build_run, loop_settings
-from grpo_run.core.placement.learner_group import InProcessLearner
-from grpo_run.core.loop.checkpoint import (
-    find_checkpoint,
-    load_trainer_state,
-    prune_checkpoints,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-)
-from grpo_run.core.loop.fserrors import write_text_atomically, writing
-from grpo_run.core.loop.held_loop import loop_holder, stop_held_loop, stop_held_too_long
-from grpo_run.core.loop.hub import HubPusher
-from grpo_run.core.loop.observers import (
-    Checkpointer,
-    ConsoleProgress,
-    LifecycleHooks,
-    MetricsFile,
-    Observer,
-    StepEvent,
-    TrackerFanout,
-    close_all,
-)
-from grpo_run.core.loop.pipeline import PipelineMonitor
-from grpo_run.core.loop.progress import RunProgress, final_summary, time_limit_note
-from grpo_run.core.loop.rundir import forget_unstarted_run, prepare_run_dir
-from grpo_run.core.loop.scheduler import TrainingLoop
+from grpo_run.core.loop.build import build_run
+from grpo_run.core.loop.opening import OpenedRun, open_run
+from grpo_run.core.loop.resuming import regenerated_note, restore
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
-from grpo_run.core.loop.traces import RolloutTraces
-from grpo_run.core.loop.waiting import WaitReporter
+from grpo_run.core.loop.wiring import LoopRig
 from grpo_run.core.plugins.host import PluginHost
-from grpo_run.core.runlog import LibraryOutput, configure_run_logging, get_logger
-from grpo_run.core.secrets import mask_secrets
-
-
-def default_run_dir(cfg: RunConfig) -> Path:
-    return Path(cfg.run.output_dir) / cfg.run.name
-
-
-def checkpoints_dir(cfg: RunConfig, run_dir: Path) -> Path:
-    """Where ``step_<n>/`` checkpoints go: ``checkpoint.dir`` or ``<run_dir>/checkpoints``."""
-    return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir is not None else run_dir / "checkpoints"
-
-
-def run_dir_of_checkpoint(checkpoint: Path) -> Path | None:
-    """The run directory a checkpoint lives in (``<run>/checkpoints/step_<n>``), if it is laid out so."""
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-
-
-class _LastMetrics:
-    """Keeps every metric seen (the newest value of each): what :func:`train` returns."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, float] = {}
-        self.trained = False
-        """Whether a learner step finished (step 0 is the evaluation before training)."""
-
-    def on_step(self, event: StepEvent) -> None:
-        self.values.update(event.metrics)
-        self.trained = self.trained or event.step > 0
-
-    def on_run_end(self, status: str, error: BaseException | None) -> None:
-        pass
-
-
-def _name_deepspeeds_accelerator() -> None:
-    """Where DeepSpeed is installed, transformers' ``save_pretrained`` imports it (through
-    accelerate) even in a run that does not use it, and on a machine without CUDA its accelerator
-    auto-detection prints a warning line into the run's output. Naming the CPU accelerator (what it
-    would detect) keeps it quiet; a ``DS_ACCELERATOR`` set by the user wins."""
-    import torch
-
-    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
-        os.environ["DS_ACCELERATOR"] = "cpu"
+from grpo_run.core.runlog import get_logger
 
 
 def train(
@@ -124,260 +49,69 @@ def train(
     ``report_interrupted``: the lines saying where an interrupted run stands (the CLI's), for a
     signal that must end the process from another thread (:mod:`.held_loop`).
     """
-    _name_deepspeeds_accelerator()
-    damaged: list[str] = []
-    checkpoint, trainer_state, start_step = _resume_point(cfg, resume_from, damaged.append)
-    notes = prepare_run_dir(run_dir, checkpoints_dir(cfg, run_dir),
-                            resume_step=start_step if checkpoint is not None else None, overwrite=overwrite)
-    write_text_atomically(run_dir / "config.toml", mask_secrets(dump_config_toml(cfg)), "the run's config")
-    with writing(run_dir / "log.jsonl", "the run log"):
-        log_file = configure_run_logging(run_dir, cfg.logging.level)
-    library_output = LibraryOutput()  # libraries' warnings and log records: log.jsonl, not the console
-    library_output.start()
-    log = get_logger()
-    progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress, temperature=cfg.rollout.temperature,
-                           group_size=cfg.rollout.num_samples_per_prompt_rollout,
-                           max_runtime_s=cfg.train.max_runtime_s)
-    progress.message(f"grpo-run: run directory {run_dir}")
-    for text in _start_warnings(cfg):
-        progress.warning(text)
-        log.warning("config_advice", message=text)
-    for text in damaged:
-        progress.warning(text)
-        log.warning("damaged_checkpoint_skipped", detail=text)
-    for text in notes:
-        progress.message(text)
-        log.info("run_dir_prepared", detail=text)
-    hooks = LifecycleHooks(host, progress)
-    push = cfg.checkpoint.push_to_hub
-    pusher = HubPusher(push, progress.warning) if push is not None else None
-    parts: RunParts | None = None
-    loop: TrainingLoop | None = None
-    observers: list[Observer] = []
+    run = open_run(cfg, host, run_dir, resume_from, overwrite)
+    rig: LoopRig | None = None
     status, error = "failed", None
-    last = _LastMetrics()
-    signals = StopSignals()
-    save_lock, saved_steps = threading.Lock(), set()
-    with signals:
+    with StopSignals() as signals:
         try:
-            try:
-                parts = build_run(cfg, host, run_dir, policy_from=checkpoint)
-                library_output.take_over()  # the loggers of libraries the build imported
-                parts.scorer.show_warnings_with(progress.warning)
-                if parts.evaluator is not None:
-                    parts.evaluator.warn = progress.warning  # an evaluation whose every episode failed
-                if (runner := getattr(parts.producer, "runner", None)) is not None:
-                    runner.processes.warn = progress.warning  # processes an episode left behind
-                for note in parts.notes:
-                    progress.message(note)
-                    log.info("start_note", message=note)
-                if trainer_state is not None:
-                    _restore(parts, trainer_state, checkpoint)
-                    progress.message(f"resumed from {checkpoint} at step {start_step}")
-                    log.info("resumed", checkpoint=str(checkpoint), step=start_step)
-                    _report_regenerated(trainer_state, cfg, progress)
-                if parts.prompts.dropped:
-                    progress.warning(
-                        f"{parts.prompts.dropped} prompts are longer than data.max_prompt_token_length="
-                        f"{cfg.data.max_prompt_token_length} tokens and were left out"
-                    )
-                for note in parts.prompts.warnings:
-                    progress.warning(note)
-                    log.warning("data", message=note)
-                hooks.notify("grpo_run_run_start", config=cfg, run_dir=str(run_dir))
-                built = parts
-
-                def save(step: int, rollout_state: Mapping[str, Any] | None) -> None:
-                    # The loop's thread saves, and a stop signal on a held loop may (held_loop.py):
-                    # one at a time, each step once.
-                    with save_lock:
-                        if step in saved_steps:
-                            return
-                        dest = _save(built, step, rollout_state, loop.batches_in_flight() if loop is not None else [])
-                        saved_steps.add(step)
-                    if pusher is not None:
-                        pusher.saved(dest, step)
-
-                checkpointer = Checkpointer(save, cfg.checkpoint.save_freq, cfg.checkpoint.save_final)
-                trackers = TrackerFanout(parts.trackers, warn=progress.warning)
-                pipeline = PipelineMonitor(run_dir, cfg.train.total_steps, cfg.rollout.async_steps, start_step,
-                                           scoring=parts.scorer.placement())
-                parts.producer.phase_listener = pipeline.batch_phase
-                observers = [checkpointer, MetricsFile(run_dir), trackers, hooks, ConsoleProgress(progress), last,
-                             pipeline]
-                if parts.traces is not None:
-                    parts.traces.on_sink_error = trackers.failed
-                    observers.insert(2, RolloutTraces(parts.traces))
-                loop = TrainingLoop(parts.loop_parts(), loop_settings(cfg), observers, start_step=start_step,
-                                    pipeline=pipeline)
-                runner = getattr(parts.producer, "runner", None)  # the environment's episodes, if any
-                if runner is not None:
-                    runner.warning_sink = progress.warning
-                waits = WaitReporter(pipeline, progress.message, cfg.logging.report_waits_s,
-                                     also=runner.describe_waits if runner is not None else None)
-                held_by = loop_holder(getattr(parts.scorer, "loop_held", None),
-                                       runner.monitor.held if runner is not None else None)
-
-                def checkpoint_of(step: int) -> Path:
-                    return checkpoints_dir(cfg, run_dir) / f"step_{step}"
-
-                def stuck(signal_name: str, holder: str, held: bool) -> list[str]:
-                    return stop_held_loop(signal_name, holder, loop, checkpointer, held_by, start_step, checkpoint,
-                                          checkpoint_of, run_dir, log_file, report_interrupted, held)
-
-                def held_too_long(holder: str) -> list[str]:
-                    return stop_held_too_long(holder, cfg.train.max_loop_hold_s, loop, checkpointer, held_by,
-                                              start_step, checkpoint, checkpoint_of, run_dir, log_file,
-                                              report_interrupted)
-                state = asyncio.run(_drive(loop, parts, signals, waits, held_by=held_by, on_stuck=stuck,
-                                           hold_limit_s=cfg.train.max_loop_hold_s, on_held_too_long=held_too_long))
-                signals.finishing()  # only now: asyncio.run's own end waits for every task left (an agent's)
-            except StopRequested as exc:  # while building: nothing new to save
-                raise RunInterrupted(exc.signal_name, start_step, checkpoint, run_dir) from None
-            if loop.interrupted is not None:
-                saved = checkpoint
-                if state.version > start_step:
-                    checkpointer.save_now(state.version, loop.resume_rollout_state())
-                    saved = checkpoints_dir(cfg, run_dir) / f"step_{state.version}"
-                raise RunInterrupted(loop.interrupted, state.version, saved, run_dir)
-            if cfg.checkpoint.save_final:  # batches a time limit abandoned are drawn again on resume
-                checkpointer.save_now(state.version, loop.resume_rollout_state())
+            with _stop_before_the_loop(run):
+                rig = _start(run, host, report_interrupted)
+                state = rig.drive(signals)
+            rig.finish(state)  # after a stop signal: RunInterrupted
             status = "completed"
-            saved = checkpointer.last_saved
-            last_saved = checkpoints_dir(cfg, run_dir) / f"step_{saved}" if saved >= 0 else None
-            if state.stop_reason.startswith("train.max_runtime_s") and (
-                    state.version < cfg.train.total_steps or state.cut_short):
-                progress.warning(time_limit_note(cfg.train.max_runtime_s, state.version, cfg.train.total_steps,
-                                                 last_saved, state.cut_short))
-            progress.summarize(final_summary(run_dir, state.version, state.stop_reason,
-                                             last.values.get("eval/accuracy"), last_saved))
-            return last.values
+            rig.summarize(state)
+            return run.last.values
         except RunInterrupted as exc:
             status, error = "interrupted", exc
-            log.info("run_interrupted", signal=exc.signal_name, step=exc.step,
-                     checkpoint=str(exc.checkpoint) if exc.checkpoint else None)
+            get_logger().info("run_interrupted", signal=exc.signal_name, step=exc.step,
+                              checkpoint=str(exc.checkpoint) if exc.checkpoint else None)
             raise
         except KeyboardInterrupt as exc:  # no handler installed (not the main thread)
             status, error = "interrupted", exc
-            if parts is not None and parts.learner.steps > start_step:  # keep what was learnt
-                _save(parts, parts.learner.steps, loop.resume_rollout_state() if loop is not None else None)
+            if rig is not None:
+                rig.save_learnt()
             raise
         except BaseException as exc:
             error = exc
-            log.error("run_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
+            get_logger().error("run_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             raise
         finally:
             signals.finishing()  # a first signal during cleanup changes nothing; a second exits
-            if pusher is not None:
-                pusher.finish(completed=status == "completed")
-            close_all(observers, status, error)
-            if not observers:
-                progress.close()
-            hooks.notify("grpo_run_run_end", run_dir=str(run_dir), status=status, error=error)
-            if parts is not None:
-                parts.close()
-            log.info("run_end", status=status)
-            # Stop writing to the closed file: code that logs after the run (a second run in the
-            # same process, tests) gets structlog's defaults back instead of an I/O error.
-            library_output.stop()
-            structlog.reset_defaults()
-            log_file.close()
-            if status == "failed" and checkpoint is None and not last.trained:
-                forget_unstarted_run(run_dir)  # nothing learnt: a retry must not need --overwrite
+            run.close(status, error)
 
 
-def _start_warnings(cfg: RunConfig) -> list[str]:
-    """The config's warnings (:func:`config_warnings`) and a slow-bf16 CPU's."""
-    out = config_warnings(cfg)
-    if cfg.model.autocast != "none":
-        try:
-            device = resolve_device(cfg.model.device)
-        except UserError:  # reported where the model is built
-            device = cfg.model.device
-        bf16 = slow_bf16_warning(cfg.model.autocast, device, cpu_flags())
-        if bf16 is not None:
-            out.append(bf16)
-    return out
-
-
-def _resume_point(
-    cfg: RunConfig, resume_from: str | Path | None, on_damaged: Any
-) -> tuple[Path | None, dict[str, Any] | None, int]:
-    """(checkpoint, its trainer state, its step) to resume from; (None, None, 0) for a new run."""
-    if resume_from is None:
-        return None, None, 0
-    checkpoint = find_checkpoint(resume_from, on_damaged=on_damaged)
-    trainer_state = load_trainer_state(checkpoint)
-    start_step = int(trainer_state["step"])
-    if start_step >= cfg.train.total_steps:
-        raise UserError(
-            f"--resume {resume_from}: checkpoint {checkpoint.name} is at step {start_step}, and "
-            f"train.total_steps = {cfg.train.total_steps}: nothing left to train (raise train.total_steps)"
-        )
-    return checkpoint, trainer_state, start_step
-
-
-async def _drive(loop: TrainingLoop, parts: RunParts, signals: StopSignals, waits: WaitReporter,
-                 **looping: Any) -> Any:
-    """Run the loop (a stop signal reaches it on this event loop) and the report of what a quiet
-    loop waits for; async verifiers close on the event loop they used. ``looping``: the options
-    of :meth:`StopSignals.looping` (what holds the loop, and what to do when it stays held)."""
-    signals.looping(asyncio.get_running_loop(), loop.request_stop, **looping)
-    reporting = asyncio.create_task(waits.run(), name="wait-reporter")
+@contextlib.contextmanager
+def _stop_before_the_loop(run: OpenedRun) -> Iterator[None]:
+    """A stop signal before the loop takes signals over (while building): the run ends
+    interrupted, with nothing new to save."""
     try:
-        return await loop.run()
-    finally:
-        reporting.cancel()
-        await parts.scorer.aclose()
+        yield
+    except StopRequested as exc:
+        raise RunInterrupted(exc.signal_name, run.start_step, run.checkpoint, run.run_dir) from None
 
 
-def _save(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = None,
-          in_flight: list[int] | None = None) -> Path:
-    """Checkpoint after ``step``. ``rollout_state`` (from the loop): the sampler's (and engine's)
-    state from before batch ``step + 1`` was drawn, when drawing it has already begun.
-    ``in_flight``: batches drawn before the save and not trained (drawn again after a resume)."""
-    directory = checkpoints_dir(parts.cfg, parts.run_dir)
-    dest = directory / f"step_{step}"
-    rollout_state = dict(rollout_state) if rollout_state is not None else parts.producer.rollout_state()
-    save_checkpoint(
-        dest,
-        parts.learner,  # writes the full policy (gathered) and the strategy's own files
-        parts.tokenizer,
-        trainer_state={
-            "learner": parts.learner.state_dict(),
-            **rollout_state,
-            "rng": rng_state(),
-            "step": step,
-            "in_flight": list(in_flight or []),
-        },
-        info={"step": step, "model": parts.cfg.model.name_or_path},
-        write_extra=merged_model_writer(parts.learner.learner) if isinstance(parts.learner, InProcessLearner) else None,
-    )
-    pruned = prune_checkpoints(directory, parts.cfg.checkpoint.keep_last_n)
-    get_logger().info("checkpoint_saved", step=step, path=str(dest), pruned=pruned)
-    return dest
-
-
-def _report_regenerated(state: Mapping[str, Any], cfg: RunConfig, progress: RunProgress) -> None:
-    """Batches that were in flight at the save are drawn and generated again, by the checkpoint's
-    policy: with ``async_steps >= 2`` the resumed run is not bit-identical to an uninterrupted one."""
-    in_flight = [int(i) for i in state.get("in_flight", [])]
-    if not in_flight or cfg.rollout.async_steps < 2:
-        return
-    step = int(state["step"])
-    text = (f"batches {', '.join(map(str, in_flight))} were in flight at the step-{step} checkpoint: they are "
-            f"generated again by the step-{step} policy (rollout.async_steps = {cfg.rollout.async_steps}; "
-            f"the resumed run is not bit-identical to an uninterrupted one)")
-    progress.message(text)
-    get_logger().info("batches_regenerated", batches=in_flight, step=step, async_steps=cfg.rollout.async_steps)
-
-
-def _restore(parts: RunParts, state: Mapping[str, Any], checkpoint: Path) -> None:
-    """Put a freshly built run into the state saved in a checkpoint (the policy weights were
-    already loaded from it by ``build_run``)."""
-    step = int(state["step"])
-    parts.learner.load_state_dict(state["learner"], checkpoint)
-    parts.producer.load_rollout_state(state)
-    # The engine starts from model.name_or_path: give it the checkpoint's weights and version.
-    asyncio.run(parts.engine.update_weights(parts.learner.weights_snapshot(), step))
-    restore_rng_state(state["rng"])
+def _start(run: OpenedRun, host: PluginHost,
+           report_interrupted: Callable[[RunInterrupted], list[str]] | None) -> LoopRig:
+    """Build the run's parts, say what the console should know of them, restore a checkpoint's
+    state, and wire the loop."""
+    cfg, progress, log = run.cfg, run.progress, get_logger()
+    run.parts = parts = build_run(cfg, host, run.run_dir, policy_from=run.checkpoint, warn=progress.warning)
+    run.library_output.take_over()  # the loggers of libraries the build imported
+    for note in parts.notes:
+        progress.message(note)
+        log.info("start_note", message=note)
+    if run.trainer_state is not None:
+        assert run.checkpoint is not None
+        restore(parts, run.trainer_state, run.checkpoint)
+        progress.message(f"resumed from {run.checkpoint} at step {run.start_step}")
+        log.info("resumed", checkpoint=str(run.checkpoint), step=run.start_step)
+        if (note := regenerated_note(run.trainer_state, cfg)) is not None:
+            progress.message(note)
+    if parts.prompts.dropped:
+        progress.warning(f"{parts.prompts.dropped} prompts are longer than data.max_prompt_token_length="
+                         f"{cfg.data.max_prompt_token_length} tokens and were left out")
+    for note in parts.prompts.warnings:
+        progress.warning(note)
+        log.warning("data", message=note)
+    run.hooks.notify("grpo_run_run_start", config=cfg, run_dir=str(run.run_dir))
+    return LoopRig(parts, run, report_interrupted)

@@ -20,6 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
+from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.loop.checkpoint import LATEST, STEP_DIR, TEMP_DIR, TRAINER_STATE
 from grpo_run.core.loop.fserrors import check_writable, writing
@@ -28,6 +29,20 @@ from grpo_run.core.loop.observers import METRICS_FILE
 DISCARDED_METRICS = "metrics.discarded.jsonl"
 RUN_FILES = ("config.toml", METRICS_FILE, "log.jsonl", DISCARDED_METRICS)
 """Files a run writes at the top of its directory."""
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    return Path(cfg.run.output_dir) / cfg.run.name
+
+
+def checkpoints_dir(cfg: RunConfig, run_dir: Path) -> Path:
+    """Where ``step_<n>/`` checkpoints go: ``checkpoint.dir`` or ``<run_dir>/checkpoints``."""
+    return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir is not None else run_dir / "checkpoints"
+
+
+def run_dir_of_checkpoint(checkpoint: Path) -> Path | None:
+    """The run directory a checkpoint lives in (``<run>/checkpoints/step_<n>``), if it is laid out so."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
 
 
 def run_dir_of_resume_path(path: str | Path) -> Path | None:

@@ -269,7 +269,7 @@ class TrainingLoop:
             sync_start = time.perf_counter()
             await self._publish_weights()
             self.learner_busy = None
-            # weight_sync_s: loading weights into the engine (issue 8's figure); sync_s adds taking
+            # weight_sync_s: loading weights into the engine; sync_s adds taking
             # the learner's snapshot (the step-time breakdown's "sync").
             metrics["perf/weight_sync_s"] = self._sync_s
             metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s

@@ -19,7 +19,7 @@ from grpo_run.core.plugins.episodes import Chat, EpisodeResult
 from grpo_run.core.plugins.types import Completion, MemoryPart, MemoryRequest, SamplingParams, VerifierResult
 
 if TYPE_CHECKING:
-    from grpo_run.core.config.formatting import ConfigIssue
+    from grpo_run.core.config.issues import ConfigIssue
     from grpo_run.core.loop.trace_records import CompletionTrace
     from grpo_run.core.config.schema import RunConfig
 

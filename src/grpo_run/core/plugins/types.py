@@ -89,6 +89,32 @@ REWARD_LIMIT = 1e6
 reward is almost surely a bug, and group means and deviations come close to overflowing."""
 
 
+def reward_interval(value: Any) -> tuple[float, float]:
+    """``value`` as a closed interval of rewards ``(low, high)``: two finite numbers, ``low <
+    high``, within ``[-REWARD_LIMIT, REWARD_LIMIT]``. The one check of every such range (an
+    environment's ``reward_range``, a verifier's ``score_range``, a reward model's ``clip``);
+    raises :class:`ValueError` saying what is wrong, for the caller to put under its key."""
+    try:
+        low, high = (float(x) for x in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be two numbers [low, high], got {value!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"must be two finite numbers [low, high] with low < high, got {[low, high]}")
+    if max(abs(low), abs(high)) > REWARD_LIMIT:
+        raise ValueError(f"must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale rewards down), got [{low:g}, {high:g}]")
+    return low, high
+
+
+def check_reward_interval(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """:func:`reward_interval` as an ``attrs`` validator (``None`` passes: an unset option)."""
+    if value is None:
+        return
+    try:
+        reward_interval(value)
+    except ValueError as exc:
+        raise ValueError(f"{attribute.name} {exc}") from None
+
+
 def _weight(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value <= REWARD_LIMIT:  # NaN fails too
         raise ValueError(f"{attribute.name} must be a number in [0, {REWARD_LIMIT:g}] (scale rewards down), got {value}")
@@ -191,8 +217,6 @@ class EngineContext:
     overlaps_learner: bool = False
     """Whether learner steps run while this engine generates (``rollout.async_steps > 1``): an
     engine sharing the machine's cores with the learner may then leave it some."""
-
-
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@ from grpo_run.core.plugins.abilities import (
     ShapingConfig,
 )
 from grpo_run.core.plugins.contracts import Verifier
-from grpo_run.core.plugins.types import REWARD_LIMIT, VerifierConfig
+from grpo_run.core.plugins.types import REWARD_LIMIT, VerifierConfig, reward_interval
 
 DEFAULT_SCORE_RANGE = (0.0, 1.0)
 DEFAULT_MAX_BATCH_SIZE = 64
@@ -73,15 +73,9 @@ def score_range_of(cls: type, config: Any) -> tuple[float, float]:
     else:
         declared = DEFAULT_SCORE_RANGE
     try:
-        low, high = (float(x) for x in declared)
-    except (TypeError, ValueError):
-        raise ValueError(f"score_range must be a pair of numbers (low, high), got {declared!r}") from None
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"score_range must be finite with low < high, got {declared!r}")
-    if max(abs(low), abs(high)) > REWARD_LIMIT:
-        raise ValueError(f"score_range must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}] (scale scores down), "
-                         f"got [{low:g}, {high:g}]")
-    return low, high
+        return reward_interval(declared)
+    except ValueError as exc:
+        raise ValueError(f"score_range {exc}") from None
 
 
 def _weight_of(config: Any, score_range: tuple[float, float]) -> float:

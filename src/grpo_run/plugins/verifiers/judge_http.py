@@ -106,7 +106,7 @@ class ClientPool:
     The number of leases is the concurrency cap. One client per slot, rather than one client with
     ``size`` connections, because httpcore's pool rescans every connection for each request it
     assigns (quadratic in the requests in flight): one shared 64-connection client managed about
-    40 requests/s on this machine's 2 cores. Clients are created on first lease.
+    40 requests/s on a 2-core CPU (2026-11). Clients are created on first lease.
     """
 
     def __init__(self, size: int, make_client: Callable[[], httpx.AsyncClient]) -> None:

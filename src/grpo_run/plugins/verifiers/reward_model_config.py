@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import attrs
 
-from grpo_run import REWARD_LIMIT, ConfigIssue, RunConfig, ShapingVerifierConfig
+from grpo_run import REWARD_LIMIT, ConfigIssue, RunConfig, ShapingVerifierConfig, check_reward_interval
 from grpo_run.plugins.verifiers.reward_model_files import KEY, local_problem
 from grpo_run.plugins.verifiers.reward_model_scaling import RewardRescaler
 
@@ -35,16 +35,6 @@ def _check_template(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
                          "{prompt}, {completion}")
     if "completion" not in names:
         raise ValueError(f"{attribute.name} must contain {{completion}}, or the reward model never sees it")
-
-
-def _check_clip(_inst: Any, attribute: attrs.Attribute, value: tuple[float, float] | None) -> None:
-    if value is None:
-        return
-    low, high = value
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"{attribute.name} must be two finite numbers [low, high] with low < high, got {list(value)}")
-    if max(abs(low), abs(high)) > REWARD_LIMIT:
-        raise ValueError(f"{attribute.name} must lie within [-{REWARD_LIMIT:g}, {REWARD_LIMIT:g}], got {list(value)}")
 
 
 def _check_device(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
@@ -82,7 +72,7 @@ class RewardModelConfig(ShapingVerifierConfig):
     transform: Literal["none", "sigmoid", "standardize"] = attrs.field(default="none", kw_only=True)
     """From raw score to score: ``"none"`` (the logit), ``"sigmoid"`` (into (0, 1)) or
     ``"standardize"`` (running mean and deviation of the run's raw scores, kept in checkpoints)."""
-    clip: tuple[float, float] | None = attrs.field(default=None, kw_only=True, validator=_check_clip)
+    clip: tuple[float, float] | None = attrs.field(default=None, kw_only=True, validator=check_reward_interval)
     """``[low, high]``: scores are clamped into it after the transform, and it is the score range
     (its top counts as solved). Unset: ``[0, 1]`` with ``"sigmoid"``, else any score with
     ``|weight x score| <= 1e6`` (a larger one is a failed call)."""

@@ -1,4 +1,5 @@
-"""Cross-section rules of ``[learner]``, ``[distributed]`` and ``engine.num_engines``.
+"""Cross-section rules of ``[learner]``, ``[distributed]`` and ``engine.num_engines``: where the
+learner, the engines and the scoring can run.
 
 Each is a ``(cfg) -> list[ConfigIssue]`` rule, listed in :data:`PLACEMENT_RULES` and checked with
 the core's other invariants before any model is loaded.
@@ -7,12 +8,9 @@ the core's other invariants before any model is loaded.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
 
-from grpo_run.core.config.formatting import ConfigIssue
-
-if TYPE_CHECKING:
-    from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.config.issues import ConfigIssue
+from grpo_run.core.config.schema import RunConfig
 
 
 def _device(cfg: RunConfig) -> str:
