@@ -13,7 +13,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpo_run import EngineContext, SamplingParams
 from grpo_run.core.learner.logprobs import packed_token_logprobs
 from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
-from grpo_run.plugins.engines.hf import _chunk_seed
 from grpo_run.plugins.engines import hf_decode
 from grpo_run.plugins.engines.hf_decode import cache_keyword
 
@@ -204,47 +203,67 @@ def test_identical_prompts_are_prefilled_once_and_sample_as_copies(engine, monke
 
 
 def _transformers_generate(engine, prompts, params):
-    """What transformers' ``generate`` draws for ``params.n`` samples of each prompt fed to it
-    left-padded, seeded as the engine seeds its one call: token ids and the log-probs of each
-    step's logits under the temperature, cut where the engine cuts a completion."""
+    """transformers' own greedy ``generate`` for ``params.n`` copies of each prompt fed to it
+    left-padded (stopping at ``params.stop_strings``): token ids and each step's log-probs."""
     from transformers import GenerationConfig
 
+    assert params.greedy
     flat = [p for p in prompts for _ in range(params.n)]
     width = max(map(len, flat))
     ids = torch.tensor([[engine.pad_token_id] * (width - len(p)) + p for p in flat])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in flat])
-    sampling = dict(do_sample=False) if params.greedy else dict(
-        do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
     extra = dict(stop_strings=list(params.stop_strings), tokenizer=engine.tokenizer) if params.stop_strings else {}
-    torch.manual_seed(_chunk_seed(params.seed, 0, 0))
     with torch.inference_mode():
         out = engine.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=GenerationConfig(),
+            input_ids=ids, attention_mask=mask, generation_config=GenerationConfig(), do_sample=False,
             max_new_tokens=params.max_new_tokens, eos_token_id=engine.eos_token_id, pad_token_id=engine.pad_token_id,
-            return_dict_in_generate=True, output_logits=True, **sampling, **extra,
+            return_dict_in_generate=True, output_logits=True, **extra,
         )
-    temperature = 1.0 if params.greedy else params.temperature
-    logits = torch.stack(out.logits, 1).float() / temperature
+    logits = torch.stack(out.logits, 1).float()
     tokens = out.sequences[:, width:]
-    logprobs = logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
-    return tokens, logprobs
+    return tokens, logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
 
 
-@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9), (1.5, 1.0)])
-def test_a_seeded_call_draws_what_transformers_generate_draws(engine, temperature, top_p, monkeypatch):
-    """The engine's own decode loop (reserved KV buffers, finished rows leaving the forward) keeps
-    ``generate``'s draw: the same tokens for the same seed, log-probs to float rounding. The rows
-    of the forward are compacted each time one finishes, so every early EOS moves the others."""
-    monkeypatch.setattr(hf_decode, "COMPACT_FRACTION", 1 << 20)
+def _teacher_forced_logprobs(model, prompt, completion, temperature):
+    """Log-probs of ``completion`` after ``prompt`` from one forward of the whole sequence (no
+    cache, no padding): what the engine's decode steps must reproduce."""
+    ids = torch.tensor([list(prompt) + list(completion)])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_rows_leaving_the_forward_change_no_draw(engine, temperature, top_p, monkeypatch):
+    """Finished rows leave the forward (their KV buffers compacted); every row still draws at every
+    step, so a seeded call gives the same tokens whether rows were compacted each time one finished
+    or never. Each completion's log-probs are those of one forward over prompt + completion."""
     prompts = _prompts(engine)
     params = SamplingParams(n=8, max_new_tokens=48, temperature=temperature, top_p=top_p, seed=11)
-    out = [c for group in engine.generate_sync(prompts, params) for c in group]
-    assert any(c.finish_reason == "stop" and len(c.token_ids) < params.max_new_tokens - 1 for c in out)
-    tokens, logprobs = _transformers_generate(engine, prompts, params)
-    for row, comp in enumerate(out):
-        k = len(comp.token_ids)
-        assert list(comp.token_ids) == tokens[row, :k].tolist(), row
-        assert torch.allclose(torch.tensor(comp.logprobs), logprobs[row, :k], atol=1e-5), row
+    runs = []
+    for fraction in (1 << 20, 0):  # compact at every finished row / never
+        monkeypatch.setattr(hf_decode, "COMPACT_FRACTION", fraction)
+        runs.append([c for group in engine.generate_sync(prompts, params) for c in group])
+    compacted, whole = runs
+    assert any(c.finish_reason == "stop" and len(c.token_ids) < params.max_new_tokens - 1 for c in compacted)
+    assert [c.token_ids for c in compacted] == [c.token_ids for c in whole]
+    for row, comp in enumerate(compacted):
+        prompt = prompts[row // params.n]
+        expected = _teacher_forced_logprobs(engine.model, prompt, comp.token_ids, temperature)
+        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4), row
+
+
+def test_inverse_cdf_draws_each_token_with_its_probability():
+    """20,000 draws of a 6-token distribution: each frequency within 4.5 standard deviations of its
+    probability, and the zero-probability tokens (first, middle, last) never drawn."""
+    probs = torch.tensor([0.0, 0.5, 0.3, 0.0, 0.15, 0.05, 0.0]).repeat(20_000, 1)
+    torch.manual_seed(0)
+    drawn = hf_decode.inverse_cdf(probs)
+    counts = torch.bincount(drawn, minlength=7).double()
+    p = probs[0].double()
+    assert counts[p == 0].sum() == 0
+    sigma = (20_000 * p * (1 - p)).sqrt()
+    assert ((counts - 20_000 * p).abs() <= 4.5 * sigma).all(), counts
 
 
 def test_a_stop_string_ends_a_completion_where_generate_ends_it(engine):
@@ -276,9 +295,11 @@ def _model_engine(plugin_host, tmp_path, config, attn_implementation="sdpa"):
 
 
 @pytest.mark.parametrize("kind", ["grouped-query heads", "eager attention", "sliding window"])
-def test_other_attention_layouts_sample_as_generate_does(plugin_host, tmp_path, kind, monkeypatch):
-    """Grouped-query heads and eager attention run on the reserved buffers; a sliding window keeps
-    transformers' own cache layers (rows compacted with their ``batch_select_indices``)."""
+def test_other_attention_layouts_decode_as_one_forward_does(plugin_host, tmp_path, kind, monkeypatch):
+    """Grouped-query heads and eager attention run on the reserved buffers; a sliding window (5
+    tokens, shorter than the prompts) keeps transformers' own cache layers, its rows compacted with
+    their ``batch_select_indices``. Greedy: ``generate``'s tokens; sampled: each completion's
+    log-probs are those of one forward over prompt + completion."""
     from transformers import LlamaConfig, MistralConfig
 
     from grpo_run.plugins.models.char_tokenizer import build_char_tokenizer
@@ -298,14 +319,17 @@ def test_other_attention_layouts_sample_as_generate_does(plugin_host, tmp_path, 
 
     monkeypatch.setattr(hf_decode, "_plain_layers", recorded)
     prompts = _prompts(engine)
-    for params in (SamplingParams(n=2, max_new_tokens=16, greedy=True, seed=5),
-                   SamplingParams(n=4, max_new_tokens=32, temperature=1.0, seed=5)):
-        out = [c for group in engine.generate_sync(prompts, params) for c in group]
-        tokens, logprobs = _transformers_generate(engine, prompts, params)
-        for row, comp in enumerate(out):
-            k = len(comp.token_ids)
-            assert list(comp.token_ids) == tokens[row, :k].tolist(), (params.greedy, row)
-            assert torch.allclose(torch.tensor(comp.logprobs), logprobs[row, :k], atol=1e-5), (params.greedy, row)
+    greedy = SamplingParams(n=2, max_new_tokens=16, greedy=True, seed=5)
+    out = [c for group in engine.generate_sync(prompts, greedy) for c in group]
+    tokens, logprobs = _transformers_generate(engine, prompts, greedy)
+    for row, comp in enumerate(out):
+        k = len(comp.token_ids)
+        assert list(comp.token_ids) == tokens[row, :k].tolist(), row
+        assert torch.allclose(torch.tensor(comp.logprobs), logprobs[row, :k], atol=1e-5), row
+    sampled = SamplingParams(n=4, max_new_tokens=32, temperature=1.0, seed=5)
+    for row, comp in enumerate(c for group in engine.generate_sync(prompts, sampled) for c in group):
+        expected = _teacher_forced_logprobs(engine.model, prompts[row // sampled.n], comp.token_ids, 1.0)
+        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4), row
     assert plain == [kind != "sliding window"] * 2
 
 

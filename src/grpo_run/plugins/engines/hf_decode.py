@@ -1,25 +1,31 @@
 """The hf engine's sampling loop: one prefill per distinct prompt, then decode steps for its samples.
 
 transformers' ``generate`` did this before; the loop is ours because, on a CPU, these cost more
-than the model's matmuls (bench-small, 16 prompts x 8 samples x 32 tokens):
+than the model's matmuls:
 
 - **The KV cache.** ``generate``'s ``DynamicCache`` concatenates every layer's keys and values
   with the new position at each step, copying the whole cache; at one thread that ``cat`` was half
-  of a call's CPU time. Here each layer writes into buffers reserved for the whole call
-  (:func:`reserved_layer_class`) and attention reads views of the filled part.
+  of a bench-small call's CPU time (16 prompts x 8 samples x 32 tokens). Here each layer writes
+  into buffers reserved for the whole call (:func:`reserved_layer_class`) and attention reads
+  views of the filled part.
+- **The draw.** ``torch.multinomial`` (``generate``'s) draws an exponential variate per vocabulary
+  entry and sample, ~70 ns each on one thread: 250 ms per step for 64 samples of SmolLM2's 49,152
+  tokens, more than the model's forward. :func:`inverse_cdf` draws one uniform number per sample.
 - **The prompt.** Each distinct prompt is computed once, its last token included, and its cache
-  and last logits are repeated to its samples (``generate`` had to run the last prompt token for
-  every sample).
+  and last logits are repeated to its samples (``generate`` ran the last prompt token for every
+  sample).
 - **Finished rows.** A row that emitted EOS or a stop string leaves the forward (the buffers
   are compacted when an eighth of their rows has finished); ``generate`` runs every row to the end.
 - **Log-probs** are taken at each step; no ``[steps, B, V]`` logits are kept.
 
-What is drawn is what ``generate`` drew: the same float32 logits, transformers' own temperature
-and top-p warpers in ``generate``'s order, ``softmax`` and ``torch.multinomial`` on the global
-generator over every row of the call at every step (a finished row draws from its last logits and
-is padded, as in ``generate``), so a seeded call gives the same tokens; greedy is the argmax.
-Stop strings use transformers' ``StopStringCriteria``. The model builds its own attention masks
-from a 2D mask at every step, as under ``generate`` (a ready 4D mask saved nothing measurable on
+What is drawn comes from the distribution ``generate`` drew from: the same float32 logits,
+transformers' own temperature and top-p warpers in ``generate``'s order, then ``softmax``. Greedy
+is the argmax of the logits, token for token what ``generate`` gives; sampled tokens are other
+draws from that distribution than ``generate``'s for the same seed (the random numbers are used
+differently). Every row of the call draws at every step (a finished row from its last logits, and
+is padded, as in ``generate``), so which rows are still in the forward changes no draw. Stop
+strings use transformers' ``StopStringCriteria``. The model builds its own attention masks from a
+2D mask at every step, as under ``generate`` (a ready 4D mask saved nothing measurable on
 bench-small). Models whose cache is not one plain ``DynamicLayer`` per layer (sliding windows,
 linear attention) keep transformers' own cache layers.
 """
@@ -82,21 +88,34 @@ def sample(
 
 
 def _draw(logits: torch.Tensor, params: SamplingParams, sequences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row of ``[B, V]`` logits and its log-prob, as ``generate`` draws it."""
+    """One token per row of ``[B, V]`` logits and its log-prob under the temperature."""
     import torch
 
     if params.greedy:
-        chosen, temperature = logits.argmax(-1), 1.0
-    else:
+        chosen = logits.argmax(-1)
+        return chosen, torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
+    z = logits / params.temperature if params.temperature != 1.0 else logits
+    if params.top_p < 1.0:  # the log-prob stays the one before top-p's renormalisation
         from transformers import TopPLogitsWarper
 
-        temperature = params.temperature
-        scores = logits / temperature if temperature != 1.0 else logits
-        if params.top_p < 1.0:
-            scores = TopPLogitsWarper(top_p=params.top_p)(sequences, scores)
-        chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-    z = logits / temperature
-    return chosen, z.gather(-1, chosen[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
+        probs = torch.softmax(TopPLogitsWarper(top_p=params.top_p)(sequences, z), dim=-1)
+        chosen = inverse_cdf(probs)
+        return chosen, z.gather(-1, chosen[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
+    probs = torch.softmax(z, dim=-1)
+    chosen = inverse_cdf(probs)
+    return chosen, probs.gather(-1, chosen[:, None]).squeeze(-1).log()
+
+
+def inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``[B, V]`` probabilities from one uniform number per row: the first
+    token whose cumulative probability (float64) reaches it. ``torch.multinomial`` draws an
+    exponential variate for every entry instead (``argmax(probs / q)``). A token of probability 0
+    is never drawn: the uniform number is in ``(0, total]``."""
+    import torch
+
+    cdf = probs.double().cumsum(-1)
+    u = (1.0 - torch.rand((len(probs), 1), dtype=torch.float64, device=probs.device)) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 class _Running:
