@@ -40,8 +40,9 @@ class HFEngine:
     """Samples from a transformers model on its own copy of the weights: each distinct prompt of a
     call computed once, decode steps on KV buffers reserved for the call.
 
-    The sampling loop is :mod:`.hf_decode`. Generation runs in a worker thread so the event loop (scoring, learner) keeps going; one
-    sampling call runs at a time, and weight updates wait for it to finish.
+    The sampling loop is :mod:`.hf_decode`. Generation runs in a worker thread so the event loop
+    (scoring, learner) keeps going; one sampling call runs at a time, and weight updates wait for
+    it to finish.
     """
 
     name = "hf"
