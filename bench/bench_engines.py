@@ -9,7 +9,7 @@ Throughput: the same prompts and sampling for both engines -- 32 prompts x 8 sam
 at most 32 new tokens -- generated tokens per wall second and per CPU second (trainer process
 plus, for vLLM, its worker; steadier on a shared machine), median of ``--repeats`` calls after
 one warm-up call. vLLM runs as configured by default (compiled, prefix caching) in its worker
-process; hf runs ``generate`` in-process. Weight sync: median seconds of ``update_weights`` for
+process; hf runs its own decode loop in-process. Weight sync: median seconds of ``update_weights`` for
 each engine (vLLM: shared-memory buckets + layerwise reload; hf: ``load_state_dict``).
 """
 

