@@ -11,7 +11,7 @@ from support.processes import metrics_steps
 from support.runs import write_run
 from support.verifiers import LENGTH_REWARD
 
-import grpo_run.core.loop.run as run_module
+import grpo_run.core.loop.opening as opening_module
 from grpo_run.cli.main import main
 from grpo_run.core.learner.cpu_bf16 import cpu_flags, slow_bf16_warning
 
@@ -50,7 +50,7 @@ def test_a_warmup_longer_than_a_smoke_run_is_a_warning(tmp_path, tiny_model_dir,
 
 def test_bf16_autocast_on_a_cpu_without_bf16_instructions_warns_at_start(tmp_path, tiny_model_dir, capsys,
                                                                          monkeypatch) -> None:
-    monkeypatch.setattr(run_module, "cpu_flags", lambda: {"fpu", "avx2"})
+    monkeypatch.setattr(opening_module, "cpu_flags", lambda: {"fpu", "avx2"})
     cfg = _config(tmp_path, tiny_model_dir, model={"autocast": "bfloat16", "device": "cpu"},
                   train={"total_steps": 1})
     assert main([str(cfg), "--output-dir", str(tmp_path / "out")]) == 0

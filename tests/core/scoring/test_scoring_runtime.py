@@ -480,7 +480,7 @@ class HugeRange(Penalty):
     ("spec", "message"),
     [
         ((HugeRange, ShapingVerifierConfig()),
-         r"verifier 'v': score_range must lie within \[-1e\+06, 1e\+06\] \(scale scores down\), got \[0, 1e\+09\]"),
+         r"verifier 'v': score_range must lie within \[-1e\+06, 1e\+06\] \(scale rewards down\), got \[0, 1e\+09\]"),
         ((Penalty, ShapingVerifierConfig(weight=1e6)),  # a penalty in [-1, 0] at weight 1e6: 1e6, allowed
          None),
         ((ExactVerifier, VerifierConfig(weight=1e4)), None),
