@@ -10,6 +10,7 @@ and :class:`RewardFunction` (docs/python-api.md).
 
 from importlib import metadata as _metadata
 
+from grpo_run.core.compat import cache_keyword
 from grpo_run.core.config.formatting import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptRow
@@ -162,6 +163,7 @@ __all__ = [
     "VerifierConfig",
     "VerifierResult",
     "__version__",
+    "cache_keyword",
     "hookimpl",
     "hookspec",
     "is_solved",

@@ -39,7 +39,8 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.memory.budget import AUTO, Budgets, choose_budgets, peak_bytes
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.plugins.types import LossInputs
-from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
+from grpo_run.core.compat import enable_activation_checkpointing
+from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs

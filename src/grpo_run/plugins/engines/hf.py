@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, SamplingParams
+from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, SamplingParams, cache_keyword
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
@@ -237,17 +237,6 @@ class HFEngine:
             finish_reason=finish,
             policy_version=self.version,
         )
-
-
-@functools.cache
-def cache_keyword() -> str:
-    """The keyword under which the installed transformers takes a KV cache in ``generate`` and a
-    model's forward: ``cache`` from 5.24 on (``past_key_values`` then warns), ``past_key_values``
-    before. Read off ``generate``'s input preparation, which every causal LM shares."""
-    from transformers import GenerationMixin
-
-    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tuple[int, int]]]:
