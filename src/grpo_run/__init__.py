@@ -2,7 +2,8 @@
 
 The public API: everything a plugin may import. The hook markers, the family contracts and the
 optional abilities (named protocols), the data components exchange, the errors a component may
-raise, and the pieces of the config a component's own rules look at. Built-in plugins import
+raise, the pieces of the config a component's own rules look at, and the one library-version shim
+engines share (:func:`cache_keyword`, from :mod:`grpo_run.core.compat`). Built-in plugins import
 only from here, exactly as third-party ones do; everything under ``grpo_run.core`` is internal.
 Also the Python API for notebooks and scripts: :func:`train`, :func:`load_config`, :func:`score`
 and :class:`RewardFunction` (docs/python-api.md).
