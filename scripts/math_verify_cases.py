@@ -13,7 +13,7 @@ scored three ways:
 
 ``--baseline FILE`` scores another version of ``math.py`` too (e.g. main's, for a before/after
 figure), and ``--write FILE`` writes the cases as the data that
-``tests/plugins/verifiers/test_math_verify_cases.py`` runs; the differences between ours and the
+``tests/plugins/verifiers/math/test_math_verify_cases.py`` runs; the differences between ours and the
 expected verdict are listed in that test and reasoned in docs/verifiers.md::
 
     pip download --no-binary :all: --no-deps math-verify==0.9.0 -d /tmp/mv
@@ -185,7 +185,7 @@ def main() -> None:
         data = {
             "about": ("math-verify's own test cases (gold, model output, expected verdict, the options the test "
                       "passes), kept as data and scored by our math verifier in "
-                      "tests/plugins/verifiers/test_math_verify_cases.py. Written by scripts/math_verify_cases.py."),
+                      "tests/plugins/verifiers/math/test_math_verify_cases.py. Written by scripts/math_verify_cases.py."),
             "source": (f"{name}.tar.gz from PyPI (sha256 {sha256}), tests/*.py. math-verify is licensed under "
                        "the Apache License 2.0 (its LICENCE file); tests/test_all.py also carries an MIT notice, "
                        "Copyright (c) 2024 The HuggingFace Team."),

@@ -2,7 +2,8 @@
 
 The public API: everything a plugin may import. The hook markers, the family contracts and the
 optional abilities (named protocols), the data components exchange, the errors a component may
-raise, and the pieces of the config a component's own rules look at. Built-in plugins import
+raise, the pieces of the config a component's own rules look at, and the one library-version shim
+engines share (:func:`cache_keyword`, from :mod:`grpo_run.core.compat`). Built-in plugins import
 only from here, exactly as third-party ones do; everything under ``grpo_run.core`` is internal.
 Also the Python API for notebooks and scripts: :func:`train`, :func:`load_config`, :func:`score`
 and :class:`RewardFunction` (docs/python-api.md).
@@ -10,6 +11,7 @@ and :class:`RewardFunction` (docs/python-api.md).
 
 from importlib import metadata as _metadata
 
+from grpo_run.core.compat import cache_keyword
 from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptRow
@@ -163,6 +165,7 @@ __all__ = [
     "VerifierConfig",
     "VerifierResult",
     "__version__",
+    "cache_keyword",
     "check_reward_interval",
     "hookimpl",
     "hookspec",

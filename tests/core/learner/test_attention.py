@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from grpo_run.core.compat import torch_varlen_attention
 from grpo_run.core.learner import attention
 from grpo_run.core.learner.attention import enable_varlen_attention, varlen_attention, varlen_supported
 from grpo_run.core.learner.layout import length_buckets, sequence_layout
@@ -229,7 +230,7 @@ def test_flash_varlen_on_cuda_matches_bucketed_sdpa() -> None:
 @pytest.mark.gpu
 def test_torch_varlen_attn_on_cuda_matches_the_dense_mask(monkeypatch) -> None:
     # The path of a CUDA image without the flash-attn package (torch >= 2.10).
-    if attention._torch_varlen() is None:
+    if torch_varlen_attention() is None:
         pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn")
     monkeypatch.setitem(sys.modules, "flash_attn", None)  # as if not installed
     seqs = skewed_seqs(4) + grouped_seqs(4)
@@ -237,33 +238,11 @@ def test_torch_varlen_attn_on_cuda_matches_the_dense_mask(monkeypatch) -> None:
     assert batch_layout(batch).shares
     model = llama(seed=4).cuda().to(torch.bfloat16)
     q = torch.zeros(1, 1, 8, dtype=torch.bfloat16, device="cuda")
-    assert attention.fused_varlen_kernel(q) is attention._torch_varlen()
+    assert attention.fused_varlen_kernel(q) is torch_varlen_attention()
     with torch.no_grad():
         fused = packed_token_logprobs(model, batch)
         dense = packed_token_logprobs(model, batch, attention_mask=block_causal_mask(batch.seq_ids.cuda(), torch.bfloat16))
     torch.testing.assert_close(fused, dense, rtol=0, atol=0.05)
-
-
-@pytest.mark.parametrize(("argument", "expected"), [("is_causal", {"is_causal": True}), ("window_size", {"window_size": (-1, 0)})])
-def test_torch_varlen_attn_is_called_causal_in_either_signature(monkeypatch, argument, expected) -> None:
-    # torch 2.10 takes is_causal, later releases a (left, right) window; (-1, 0) is causal.
-    varlen = pytest.importorskip("torch.nn.attention.varlen")
-    calls = []
-    namespace: dict = {"calls": calls}
-    exec(  # a stand-in with the release's signature
-        f"def fake(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, {argument}=None, scale=None):\n"
-        f"    calls.append(({argument}, scale))\n    return query",
-        namespace,
-    )
-    monkeypatch.setattr(varlen, "varlen_attn", namespace["fake"])
-    attention._torch_varlen.cache_clear()
-    try:
-        kernel = attention._torch_varlen()
-        q = torch.zeros(3, 2, 4)
-        assert kernel(q, q, q, torch.tensor([0, 3], dtype=torch.int32), 3, 0.5, 0.0) is q
-    finally:
-        attention._torch_varlen.cache_clear()
-    assert calls == [(expected[argument], 0.5)]
 
 
 def test_cpu_and_fp32_take_the_buckets() -> None:

@@ -10,11 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_run import EngineContext, SamplingParams
+from grpo_run import EngineContext, SamplingParams, cache_keyword
 from grpo_run.core.learner.logprobs import packed_token_logprobs
 from grpo_run.core.rollout.packing import SequenceToPack, pack_sequences
 from grpo_run.plugins.engines import hf_decode
-from grpo_run.plugins.engines.hf_decode import cache_keyword
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ takes the output of its own place; the gathers' backward sums the gradients of e
 from __future__ import annotations
 
 import contextvars
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grpo_run.core.compat import torch_varlen_attention
 from grpo_run.core.learner.layout import SequenceLayout
 
 LAYOUT_KWARG = "grpo_sequence_layout"
@@ -165,34 +165,12 @@ def fused_varlen_kernel(q: torch.Tensor, dropout: float = 0.0) -> VarlenKernel |
     try:
         from flash_attn import flash_attn_varlen_func
     except ImportError:
-        return _torch_varlen() if dropout == 0.0 else None
+        return torch_varlen_attention() if dropout == 0.0 else None
 
     def flash(q, k, v, cu, max_len, scale, dropout):
         return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, dropout_p=dropout, softmax_scale=scale, causal=True)
 
     return flash
-
-
-@functools.cache
-def _torch_varlen() -> VarlenKernel | None:
-    """``torch.nn.attention.varlen.varlen_attn`` with the causal switch of the installed release:
-    ``is_causal=True`` (torch 2.10) or ``window_size=(-1, 0)`` (later ones)."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return None
-    params = inspect.signature(varlen_attn).parameters
-    if "is_causal" in params:
-        causal: dict[str, Any] = {"is_causal": True}
-    elif "window_size" in params:
-        causal = {"window_size": (-1, 0)}
-    else:
-        return None
-
-    def kernel(q, k, v, cu, max_len, scale, dropout):
-        return varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scale, **causal)
-
-    return kernel
 
 
 # -- registration with transformers -------------------------------------------------------

@@ -39,7 +39,8 @@ from grpo_run.core.errors import UserError
 from grpo_run.core.memory.budget import AUTO, Budgets, choose_budgets, peak_bytes
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.plugins.types import LossInputs
-from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
+from grpo_run.core.compat import enable_activation_checkpointing
+from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
@@ -218,16 +219,19 @@ class Learner:
         return out
 
     def _policy_logprobs(self, model: Any, batch: PackedBatch, layout: SequenceLayout) -> torch.Tensor:
-        return self._scored(model, batch, layout, entropy=False)[0]
+        return self._completion_logprobs_autocast(model, batch, layout, entropy=False)[0]
 
     def _forward(self, batch: PackedBatch, layout: SequenceLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy log-probs of the loss tokens (with grad) and, when ``algorithm.log_entropy``, their
         entropy (no grad); 0 elsewhere."""
-        return self._scored(self.strategy.train_module, batch, layout, entropy=self.spec.algorithm.log_entropy)
+        model, entropy = self.strategy.train_module, self.spec.algorithm.log_entropy
+        return self._completion_logprobs_autocast(model, batch, layout, entropy=entropy)
 
-    def _scored(
+    def _completion_logprobs_autocast(
         self, model: Any, batch: PackedBatch, layout: SequenceLayout, *, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:func:`completion_logprobs` of ``model`` at the learner's temperature, under autocast to
+        the spec's ``model.autocast_dtype`` when mixed precision is on."""
         low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
         region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
         with region:

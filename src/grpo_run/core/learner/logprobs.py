@@ -129,7 +129,7 @@ def packed_token_logprobs(
     Returns float32 ``[R, L]``: at ``t``, ``log p(input_ids[t] | earlier tokens of its sequence)``;
     0 at each sequence's first token and on padding (there is no prediction there).
     """
-    logprobs, _ = _scored(model, batch, batch.seq_ids >= 0, temperature, attention_mask, layout, False)
+    logprobs, _ = _wanted_token_logprobs(model, batch, batch.seq_ids >= 0, temperature, attention_mask, layout, False)
     return logprobs
 
 
@@ -144,10 +144,10 @@ def completion_logprobs(
     """Log-probs (and, with ``entropy``, the no-grad entropy of the predicting distribution) of
     the tokens in ``batch.completion_mask`` only: float32 ``[R, L]``, 0 elsewhere. Equal to
     :func:`packed_token_logprobs` on the mask; logits exist only for those tokens."""
-    return _scored(model, batch, batch.completion_mask, temperature, None, layout, entropy)
+    return _wanted_token_logprobs(model, batch, batch.completion_mask, temperature, None, layout, entropy)
 
 
-def _scored(
+def _wanted_token_logprobs(
     model: Any,
     batch: PackedBatch,
     wanted: torch.Tensor,
@@ -156,6 +156,9 @@ def _scored(
     layout: SequenceLayout | None,
     entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[R, L]`` (float32) of the tokens where ``wanted`` is true, 0 elsewhere, and with
+    ``entropy`` the no-grad entropy of their predicting distributions (else ``None``): varlen
+    attention when the model takes it and no ``attention_mask`` is given, a dense forward otherwise."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device

@@ -16,13 +16,13 @@ Three seams of the learner change with LoRA, and nothing else does:
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from grpo_run.core.compat import peft_reading_deprecated_properties
 from grpo_run.core.config.schema import LoraSection
 from grpo_run.core.errors import UserError
 
@@ -64,10 +64,7 @@ def wrap_policy(base: torch.nn.Module, section: LoraSection, adapter_from: str |
     """``base`` with LoRA adapters: new ones per ``section``, or the adapter saved in the
     checkpoint directory ``adapter_from`` (resuming), trainable either way."""
     peft = _peft()
-    with warnings.catch_warnings():
-        # peft reads transformers' deprecated ``is_gradient_checkpointing`` property; the
-        # FutureWarning is theirs to fix and says nothing about the user's config.
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with peft_reading_deprecated_properties():
         if adapter_from is None:
             try:
                 return peft.get_peft_model(base, lora_config(section), adapter_name=ADAPTER)

@@ -39,7 +39,8 @@ from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.lora import wrap_policy
 from grpo_run.core.learner.micro import micro_batch_bins
 from grpo_run.core.learner.simulate import cuda_kernels, full_logits_of, rollout_sequences
-from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
+from grpo_run.core.compat import enable_activation_checkpointing
+from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies.sharding import rank_shares
 from grpo_run.core.memory.fake import FakeDevice
 from grpo_run.core.memory.plan import ActivationCost, MicroBatchCosts

@@ -31,7 +31,8 @@ from grpo_run.core.learner import attention
 from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
 from grpo_run.core.learner import logprobs
-from grpo_run.core.learner.spec import LearnerSpec, enable_activation_checkpointing
+from grpo_run.core.compat import enable_activation_checkpointing, torch_varlen_attention
+from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.memory.fake import FakeDevice
 from grpo_run.core.memory.shapes import RolloutShape
 from grpo_run.core.rollout.packing import SequenceToPack
@@ -155,7 +156,7 @@ def _cuda_varlen_available(dropout: float) -> bool:
         import flash_attn  # noqa: F401
         return True
     except ImportError:
-        return dropout == 0.0 and attention._torch_varlen() is not None
+        return dropout == 0.0 and torch_varlen_attention() is not None
 
 
 class _VarlenStandIn(torch.autograd.Function):

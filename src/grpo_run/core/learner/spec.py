@@ -121,16 +121,3 @@ def resolve_device(name: str) -> str:
         if index >= torch.cuda.device_count():
             raise UserError(f"model.device = {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
     return name
-
-
-def enable_activation_checkpointing(model: torch.nn.Module) -> None:
-    """Activation (gradient) checkpointing with the non-reentrant torch implementation.
-
-    transformers 5.x renamed ``gradient_checkpointing_enable`` (now a deprecated alias that warns)
-    to ``activation_checkpointing_enable``; older 5.x releases only have the former.
-    """
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -7,22 +7,21 @@ workers at once. When the child dies, its pending futures fail at once with
 :class:`WorkerDied` (the pipe closes), naming the worker, its pid and exit code.
 
 The child ignores SIGINT (Ctrl-C is the parent's to handle: it decides whether to save and stop)
-and dies with its parent (Linux ``PR_SET_PDEATHSIG``), so no learner outlives a killed run. The
-kernel ties that to the *thread* that started the child: start workers from a thread that lives
-as long as they should (the main thread).
+and dies with its parent (Linux ``PR_SET_PDEATHSIG``), so no learner outlives a killed run; the
+start, those two and the stop are the worker-process base's (:mod:`grpo_run.core.processes`). The
+kernel ties dying with the parent to the *thread* that started the child: start workers from a
+thread that lives as long as they should (the main thread).
 ``torch.multiprocessing`` is imported on both sides: tensors in results travel through shared
 memory.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import multiprocessing.connection
 import os
 import pickle
 import signal
-import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -31,9 +30,8 @@ from typing import Any
 
 import torch.multiprocessing  # noqa: F401 - tensor pickling through shared memory
 
+from grpo_run.core.processes import ask_to_exit, enter_worker, kill_worker, start_worker
 from grpo_run.core.spawn import spawn_context
-
-_PR_SET_PDEATHSIG = 1
 
 
 class WorkerDied(RuntimeError):
@@ -64,13 +62,7 @@ class ProcessWorker:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        parent_conn, child_conn = self._ctx.Pipe()
-        self._process = self._ctx.Process(
-            target=_serve, args=(child_conn, self._factory, self._threads, os.getpid()), name=self.name, daemon=True
-        )
-        self._process.start()
-        child_conn.close()
-        self._conn = parent_conn
+        self._process, self._conn = start_worker(self._ctx, _serve, (self._factory, self._threads), self.name)
         self._reader = threading.Thread(target=self._read, name=f"{self.name}-reader", daemon=True)
         self._reader.start()
 
@@ -104,20 +96,14 @@ class ProcessWorker:
         if self._process is None or self._process.pid is None:
             return
         with self._lock:
-            try:
-                if self._conn is not None:
-                    self._conn.send(None)
-            except (OSError, ValueError):
-                pass
+            ask_to_exit(self._conn)
         self._process.join(grace_s)
         self.kill()
 
     def kill(self) -> None:
         if self._process is None or self._process.pid is None:  # never started
             return
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join()
+        kill_worker(self._process)
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(5.0)
 
@@ -156,8 +142,7 @@ def _last_pending(pending: dict[int, Future]) -> int:
 
 
 def _serve(conn: multiprocessing.connection.Connection, factory: bytes, threads: int, parent_pid: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
-    _die_with_parent(parent_pid)
+    enter_worker(parent_pid)  # the parent decides what Ctrl-C means
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before anything imports torch's thread pools
     obj = pickle.loads(factory)()
     while True:
@@ -185,12 +170,3 @@ def _portable(exc: BaseException) -> tuple[BaseException, str]:
         return exc, text
     except Exception:
         return RemoteError(f"{type(exc).__name__}: {exc}"), text
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (no orphaned learners)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the request took effect
-        os._exit(1)

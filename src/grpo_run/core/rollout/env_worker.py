@@ -12,10 +12,12 @@ new episode; a fresh one takes its place, and it is ended once its open episodes
 scoring workers' rule (``scoring.max_worker_rss_mb``), kept from cutting episodes short. A call
 over ``step_timeout_s`` kills its worker (the episodes open on it fail); a worker that dies is
 replaced at the next ``reset``. Workers ignore SIGINT, die with the trainer (Linux
-``PR_SET_PDEATHSIG``) and, when ended, take the processes they started along.
+``PR_SET_PDEATHSIG``; both from :mod:`grpo_run.core.processes`) and, when ended, take the
+processes they started along.
 
-Hand-written on a ``multiprocessing`` pipe rather than on :class:`~grpo_run.core.placement.
-processes.ProcessWorker`: that one imports torch in every child, ~300 MB a worker.
+Hand-written on a ``multiprocessing`` pipe (started by the worker-process base,
+:mod:`grpo_run.core.processes`) rather than on :class:`~grpo_run.core.placement.processes.
+ProcessWorker`: that one imports torch in every child, ~300 MB a worker.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ import asyncio
 import concurrent.futures
 import inspect
 import multiprocessing.connection
-import os
-import signal
 import sys
 import threading
 from collections.abc import Mapping
@@ -36,9 +36,9 @@ import cloudpickle
 import psutil
 
 from grpo_run.core.plugins.episodes import EnvReset, EnvStep
+from grpo_run.core.processes import enter_worker, start_worker
 from grpo_run.core.rollout.env_processes import ENVIRONMENT, EnvironmentProcesses, kill_trees
 from grpo_run.core.runlog import get_logger
-from grpo_run.core.scoring.workers import _die_with_parent
 from grpo_run.core.spawn import spawn_context
 
 STARTUP_TIMEOUT_S = 120.0
@@ -195,13 +195,7 @@ class _Worker:
     """One worker process and its pipe; calls are sent one at a time (``lock``)."""
 
     def __init__(self, name: str, blob: bytes) -> None:
-        ctx = spawn_context()
-        parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, blob, list(sys.path), os.getpid()), name=name,
-                                   daemon=True)
-        self.process.start()
-        child.close()
-        self.conn: multiprocessing.connection.Connection = parent
+        self.process, self.conn = start_worker(spawn_context(), _serve, (blob, list(sys.path)), name)
         self.pid: int = self.process.pid
         self.lock = threading.Lock()
         self.open = 0
@@ -270,8 +264,7 @@ class _Worker:
 
 def _serve(conn: multiprocessing.connection.Connection, blob: bytes, sys_path: list[str], parent_pid: int) -> None:
     """A worker: build the environment, then answer ``(method, args)`` until the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
-    _die_with_parent(parent_pid)
+    enter_worker(parent_pid)  # Ctrl-C is the trainer's to handle
     sys.path[:0] = [p for p in sys_path if p not in sys.path]  # import-path environments, PYTHONPATH
     try:
         env_cls, config, tool_specs = cloudpickle.loads(blob)

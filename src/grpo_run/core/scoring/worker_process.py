@@ -17,13 +17,13 @@ event, which makes every wait give up within :data:`WAIT_SLICE_S` and kill the w
 from __future__ import annotations
 
 import multiprocessing.connection
-import os
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from grpo_run.core.errors import RunError
+from grpo_run.core.processes import kill_worker, start_worker, stop_worker
 from grpo_run.core.spawn import spawn_context
 from grpo_run.core.scoring.workers import IDLE, CallOutcome, Unit, failed_outcomes, worker_main
 
@@ -65,15 +65,10 @@ class WorkerProcess:
         """Start the process if none is running (returns at once; see :meth:`wait_ready`)."""
         if self._process is not None:
             return
-        parent_conn, child_conn = self._ctx.Pipe()
         self._progress = self._ctx.RawArray("d", [IDLE, 0.0])
-        self._process = self._ctx.Process(
-            target=worker_main, args=(child_conn, self._specs_blob, self._progress, os.getpid()),
-            name="grpo-run-scoring", daemon=True,
+        self._process, self._conn = start_worker(
+            self._ctx, worker_main, (self._specs_blob, self._progress), "grpo-run-scoring"
         )
-        self._process.start()  # never re-runs the user's __main__ (see grpo_run.core.spawn)
-        child_conn.close()
-        self._conn = parent_conn
         self._ready = False
         self.calls_served = 0
 
@@ -207,9 +202,7 @@ class WorkerProcess:
         """Kill the process at once and reap it (returns its exit code); the next chunk starts a fresh one."""
         if self._process is None:
             return None
-        self._process.kill()
-        self._process.join()
-        code = self._process.exitcode
+        code = kill_worker(self._process)
         self._release()
         return code
 
@@ -217,15 +210,7 @@ class WorkerProcess:
         """Ask the worker to exit, kill it if it does not within ``grace_s``, and reap it."""
         if self._process is None:
             return
-        try:
-            if self._conn is not None:
-                self._conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self._process.join(grace_s)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        stop_worker(self._process, self._conn, grace_s)
         self._release()
 
     def _release(self) -> None:

@@ -7,8 +7,8 @@ verifier that has ``score_batch``. The worker answers a chunk with one list of
 The parent side (time limits, kills, recycling) is :mod:`grpo_run.core.scoring.worker_process`.
 
 A worker ignores SIGINT (the parent decides what a Ctrl-C means), dies with its parent (Linux
-``PR_SET_PDEATHSIG``, so not even a SIGKILL of the trainer leaves it behind), and never prints a
-traceback: whatever a verifier raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is that
+``PR_SET_PDEATHSIG``, so not even a SIGKILL of the trainer leaves it behind; both from
+:mod:`grpo_run.core.processes`), and never prints a traceback: whatever a verifier raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is that
 call's error.
 
 :func:`run_unit` and :func:`outcomes_of` are shared with the async runner
@@ -17,14 +17,10 @@ call's error.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import multiprocessing.connection
 import numbers
-import os
 import pickle
-import signal
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +28,7 @@ from typing import Any
 import attrs
 
 from grpo_run.core.plugins.types import VerifierResult
+from grpo_run.core.processes import enter_worker
 from grpo_run.core.scoring.policy import VerifierPolicy, verifier_policy
 
 VerifierSpecs = Mapping[str, tuple[type, Any]]
@@ -39,7 +36,6 @@ VerifierSpecs = Mapping[str, tuple[type, Any]]
 
 IDLE = -1.0
 """Unit index a worker publishes while it runs no unit."""
-_PR_SET_PDEATHSIG = 1
 
 
 @attrs.frozen
@@ -170,8 +166,7 @@ def worker_main(conn: multiprocessing.connection.Connection, specs_blob: bytes, 
     cannot be imported in a fresh process is reported as an ``init_error``, not a traceback.
     Nothing escapes as an exception (multiprocessing would print it to the console).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _die_with_parent(parent_pid)
+    enter_worker(parent_pid)
     try:
         try:
             specs = pickle.loads(specs_blob)
@@ -188,16 +183,3 @@ def worker_main(conn: multiprocessing.connection.Connection, specs_blob: bytes, 
             conn.send(run_units(verifiers, policies, units, progress))
     except BaseException:  # the parent went away or closed the pipe: nothing left to report to
         return
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (even by SIGKILL): no orphans."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # no prctl here: the parent still reaps us on a clean exit
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(0)

@@ -36,7 +36,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from grpo_run import SamplingParams
+from grpo_run import SamplingParams, cache_keyword
 
 if TYPE_CHECKING:
     import torch
@@ -228,14 +228,3 @@ def _stop_strings(tokenizer: Any, stop_strings: tuple[str, ...]) -> Any:
 def _last_logits_only(model: Any) -> dict[str, int]:
     """``logits_to_keep=1`` where the model takes it: the prefill needs the last position's logits."""
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(type(model).forward).parameters else {}
-
-
-@functools.cache
-def cache_keyword() -> str:
-    """The keyword under which the installed transformers takes a KV cache in ``generate`` and a
-    model's forward: ``cache`` from 5.24 on (``past_key_values`` then warns), ``past_key_values``
-    before. Read off ``generate``'s input preparation, which every causal LM shares."""
-    from transformers import GenerationMixin
-
-    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
-    return "cache" if "cache" in parameters else "past_key_values"

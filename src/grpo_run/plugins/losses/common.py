@@ -1,4 +1,6 @@
-"""Pieces shared by the built-in losses: the masked log-ratio, the PPO clip and the ratio metrics.
+"""Pieces shared by the built-in losses: the masked log-ratio, the PPO clip and the ratio metrics,
+and the whole clipped-surrogate loss that ``grpo``, ``dr_grpo`` and ``dapo`` differ from only in
+their clip bounds.
 
 Every helper takes ``[rows, length]`` tensors and a bool ``mask`` of the same shape; positions
 off the mask may hold anything (padding, prompt tokens) and never reach a value or a gradient.
@@ -10,13 +12,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from grpo_run import LossInputs
+from grpo_run import LossInputs, LossOutput
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
 
 DELTA_VALIDATOR = attrs.validators.optional(attrs.validators.gt(1.0))
 """``delta`` (dual clip) is off (``None``) or a bound above 1."""
+LOWER_CLIP_VALIDATOR = [attrs.validators.ge(0.0), attrs.validators.lt(1.0)]
+"""A lower clip epsilon is in ``[0, 1)``: the ratio's lower bound ``1 - eps`` stays positive."""
 
 
 def masked_log_ratio(inputs: LossInputs) -> torch.Tensor:
@@ -76,3 +80,14 @@ def zero_off_mask(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``values`` on the mask, exactly 0 elsewhere (by ``where``, so NaN/inf cannot leak)."""
     import torch
     return torch.where(mask, values, torch.zeros_like(values))
+
+
+def clipped_surrogate_loss(inputs: LossInputs, low: float, high: float, delta: float | None) -> LossOutput:
+    """The PPO-clipped surrogate loss of ``inputs``: ``ratio = exp(logprobs - old_logprobs)`` (1 off
+    the mask), the per-token :func:`clipped_surrogate` with the ratio clipped to ``[low, high]`` (and
+    the dual clip ``delta``), 0 off the mask, and the :func:`ratio_metrics`."""
+    import torch
+    mask = inputs.mask  # bool [R, L]
+    ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
+    loss, silenced = clipped_surrogate(ratio, inputs.advantages, low, high, delta)
+    return LossOutput(per_token_loss=zero_off_mask(loss, mask), metrics=ratio_metrics(ratio, mask, silenced))

@@ -7,28 +7,19 @@ tokens explorable; the paper pairs it with token-level aggregation, ``"token-mea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from grpo_run import LossInputs, LossOutput
-from grpo_run.plugins.losses.common import (
-    DELTA_VALIDATOR,
-    clipped_surrogate,
-    masked_log_ratio,
-    ratio_metrics,
-    zero_off_mask,
-)
-
-if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
-    import torch
+from grpo_run.plugins.losses.common import DELTA_VALIDATOR, LOWER_CLIP_VALIDATOR, clipped_surrogate_loss
 
 
 @attrs.frozen
 class DapoConfig:
     """Options of the ``dapo`` loss."""
 
-    clip_lower: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)])
+    clip_lower: float = attrs.field(default=0.2, validator=LOWER_CLIP_VALIDATOR)
     """epsilon_low: the ratio is clipped below at ``1 - clip_lower`` (in ``[0, 1)``)."""
     clip_higher: float = attrs.field(default=0.28, validator=attrs.validators.ge(0.0))
     """epsilon_high: the ratio is clipped above at ``1 + clip_higher`` (``>= 0``)."""
@@ -56,9 +47,5 @@ class DapoLoss:
         self.config = config if config is not None else DapoConfig()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
-        import torch
-        mask = inputs.mask  # bool [R, L]
-        ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         low, high = 1.0 - self.config.clip_lower, 1.0 + self.config.clip_higher
-        loss, silenced = clipped_surrogate(ratio, inputs.advantages, low, high, self.config.delta)
-        return LossOutput(per_token_loss=zero_off_mask(loss, mask), metrics=ratio_metrics(ratio, mask, silenced))
+        return clipped_surrogate_loss(inputs, low, high, self.config.delta)

@@ -9,28 +9,19 @@ token terms, then averages over completions: configure ``algorithm.loss_aggregat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from grpo_run import LossInputs, LossOutput
-from grpo_run.plugins.losses.common import (
-    DELTA_VALIDATOR,
-    clipped_surrogate,
-    masked_log_ratio,
-    ratio_metrics,
-    zero_off_mask,
-)
-
-if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
-    import torch
+from grpo_run.plugins.losses.common import DELTA_VALIDATOR, LOWER_CLIP_VALIDATOR, clipped_surrogate_loss
 
 
 @attrs.frozen
 class GrpoConfig:
     """Options of the ``grpo`` loss."""
 
-    clip: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)])
+    clip: float = attrs.field(default=0.2, validator=LOWER_CLIP_VALIDATOR)
     """epsilon: the ratio is clipped to ``[1 - clip, 1 + clip]`` (in ``[0, 1)``)."""
     delta: float | None = attrs.field(default=None, validator=DELTA_VALIDATOR)
     """Dual clip (``> 1``): a negative-advantage token's loss is capped at ``-delta * A``, so a ratio
@@ -53,9 +44,5 @@ class GrpoLoss:
         self.config = config if config is not None else self.Config()
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
-        import torch
-        mask = inputs.mask  # bool [R, L]
-        ratio = torch.exp(masked_log_ratio(inputs))  # [R, L], 1 off the mask
         eps = self.config.clip
-        loss, silenced = clipped_surrogate(ratio, inputs.advantages, 1.0 - eps, 1.0 + eps, self.config.delta)
-        return LossOutput(per_token_loss=zero_off_mask(loss, mask), metrics=ratio_metrics(ratio, mask, silenced))
+        return clipped_surrogate_loss(inputs, 1.0 - eps, 1.0 + eps, self.config.delta)

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, ClassVar
 import attrs
 
 from grpo_run import LossInputs, LossOutput
-from grpo_run.plugins.losses.common import clipped_surrogate, masked_log_ratio, ratio_metrics, zero_off_mask
+from grpo_run.plugins.losses.common import (
+    LOWER_CLIP_VALIDATOR,
+    clipped_surrogate,
+    masked_log_ratio,
+    ratio_metrics,
+    zero_off_mask,
+)
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
@@ -34,7 +40,7 @@ any clip bound, so it changes nothing but an overflow into inf/NaN)."""
 class GspoConfig:
     """Options of the ``gspo`` loss."""
 
-    clip_lower: float = attrs.field(default=3e-4, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)])
+    clip_lower: float = attrs.field(default=3e-4, validator=LOWER_CLIP_VALIDATOR)
     """The sequence ratio is clipped below at ``1 - clip_lower`` (in ``[0, 1)``; paper: 3e-4)."""
     clip_higher: float = attrs.field(default=4e-4, validator=attrs.validators.ge(0.0))
     """The sequence ratio is clipped above at ``1 + clip_higher`` (``>= 0``; paper: 4e-4)."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import attrs
 
 from grpo_run import ToolError
+from grpo_run.plugins.tools.common import OneStringTool
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -89,33 +90,16 @@ def _bounded(value: Fraction, config: CalculatorConfig) -> Fraction:
     return value
 
 
-class CalculatorTool:
+class CalculatorTool(OneStringTool):
     """Evaluates an arithmetic expression exactly."""
 
     name = "calculator"
     Config = CalculatorConfig
+    description = "Evaluate an arithmetic expression (+ - * / // % ** and parentheses) exactly."
+    argument = "expression"
+    argument_description = "e.g. 12*(3+4)"
 
-    def __init__(self, config: CalculatorConfig) -> None:
-        self.config = config
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": "Evaluate an arithmetic expression (+ - * / // % ** and parentheses) exactly.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"expression": {"type": "string", "description": "e.g. 12*(3+4)"}},
-                    "required": ["expression"],
-                },
-            },
-        }
-
-    def __call__(self, arguments: Mapping[str, Any]) -> str:
-        expression = arguments.get("expression") if isinstance(arguments, Mapping) else None
-        if not isinstance(expression, str):
-            raise ToolError("calculator needs a string argument 'expression'")
+    def run(self, expression: str) -> str:
         try:
             return evaluate(expression, self.config)
         except (ArithmeticError, ValueError, RecursionError, MemoryError) as exc:

@@ -7,12 +7,11 @@ The program's stdout (and stderr, when it fails) is the answer; a timeout or a c
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
 from grpo_run import ToolError
+from grpo_run.plugins.tools.common import OneStringTool
 from grpo_run.plugins.verifiers.sandbox import SandboxLimits, run_sandboxed
 
 _positive = attrs.validators.gt(0)
@@ -49,33 +48,16 @@ class PythonToolConfig:
         )
 
 
-class PythonTool:
+class PythonTool(OneStringTool):
     """Runs a Python program (standard library only, no network) and returns what it printed."""
 
     name = "python"
     Config = PythonToolConfig
+    description = "Run a Python program and return what it prints (standard library only, no network)."
+    argument = "code"
+    argument_description = "the program"
 
-    def __init__(self, config: PythonToolConfig) -> None:
-        self.config = config
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": "Run a Python program and return what it prints (standard library only, no network).",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"code": {"type": "string", "description": "the program"}},
-                    "required": ["code"],
-                },
-            },
-        }
-
-    def __call__(self, arguments: Mapping[str, Any]) -> str:
-        code = arguments.get("code") if isinstance(arguments, Mapping) else None
-        if not isinstance(code, str):
-            raise ToolError("python needs a string argument 'code'")
+    def run(self, code: str) -> str:
         try:
             code.encode()
         except UnicodeEncodeError as exc:  # a lone surrogate: no program file can hold it

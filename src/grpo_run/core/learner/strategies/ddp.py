@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from grpo_run.core.config.schema import OptimSection
 from grpo_run.core.learner.strategies.parallel import DataParallel
-from grpo_run.core.learner.strategies.versions import ddp_without_buffer_sync
+from grpo_run.core.compat import ddp_without_buffer_sync
 
 
 class DDPStrategy(DataParallel):

@@ -21,7 +21,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from grpo_run.plugins.verifiers.math_boxes import boxed_list
+from grpo_run.plugins.verifiers.math.boxes import boxed_list
 
 _MIXED_NUMBER = re.compile(r"(?<![\w.,^/])(\d+)[ \t]+(\d+)/(\d+)(?![\w,/^]|\.\d)")
 """``2 1/2``: a whole number, one space, a fraction (rewritten only when it is proper)."""

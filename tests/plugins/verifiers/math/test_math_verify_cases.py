@@ -21,7 +21,7 @@ from grpo_run.plugins.verifiers.math import MathVerifier, MathVerifierConfig
 
 DATA = json.loads((Path(__file__).parent / "data" / "math_verify_cases.json").read_text(encoding="utf-8"))
 CASES = DATA["cases"]
-DOCS = Path(__file__).parents[3] / "docs" / "verifiers.md"
+DOCS = Path(__file__).parents[4] / "docs" / "verifiers.md"
 
 OURS_DIFFER = {
     "tests/test_all.py::test_number_extraction[6]": "the gold 1,22 is read as the set {1, 22}, not 1.22",

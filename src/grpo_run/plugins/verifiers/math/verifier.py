@@ -16,11 +16,11 @@ is searched. Strict mode only accepts boxed answers (the last run of boxes, belo
 
 The rules, numbered as in docs/verifiers.md, each in the module that applies it:
 
-* which box is the answer (rules 2-4): ``math_boxes`` -- the last run of boxes, every box for a
+* which box is the answer (rules 2-4): ``boxes`` -- the last run of boxes, every box for a
   several-part gold, and a final-answer sentence after the last box (here);
-* answers without a box (rules 7-9): ``math_text`` -- mixed numbers, hedges, a final answer line
+* answers without a box (rules 7-9): ``text`` -- mixed numbers, hedges, a final answer line
   in bare LaTeX;
-* arithmetic left to do (rule 6): ``math_arithmetic`` -- when the gold is a plain number, an answer
+* arithmetic left to do (rule 6): ``arithmetic`` -- when the gold is a plain number, an answer
   whose compared part (the last right-hand side of an equation or chain) is still a sum, product,
   power or ``\\div`` scores 0 (it is still "found"). ``allow_expressions = true`` turns it off.
 """
@@ -37,7 +37,7 @@ import attrs
 import cachetools
 
 from grpo_run import VerifierConfig, VerifierResult
-from grpo_run.plugins.verifiers.math_boxes import BOXED, box_spans, final_boxes, join_boxes, last_boxed, last_run
+from grpo_run.plugins.verifiers.math.boxes import BOXED, box_spans, final_boxes, join_boxes, last_boxed, last_run
 
 __all__ = ["MathVerifier", "MathVerifierConfig", "final_boxes", "last_boxed", "parse_gold"]
 
@@ -98,8 +98,8 @@ class MathVerifier:
         """(score, answer_found) of one completion."""
         from math_verify import parse, verify  # not at the top: sympy costs `grpo-run check` ~1 s
 
-        from grpo_run.plugins.verifiers.math_arithmetic import has_arithmetic_left
-        from grpo_run.plugins.verifiers.math_text import rewrite_mixed_numbers
+        from grpo_run.plugins.verifiers.math.arithmetic import has_arithmetic_left
+        from grpo_run.plugins.verifiers.math.text import rewrite_mixed_numbers
 
         gold_parsed = parse_gold(gold)
         text = rewrite_mixed_numbers(completion)
@@ -130,7 +130,7 @@ class MathVerifier:
         from (None when it was not read from boxes)."""
         from math_verify import parse
 
-        from grpo_run.plugins.verifiers.math_text import read_unboxed
+        from grpo_run.plugins.verifiers.math.text import read_unboxed
 
         if self.config.strict:
             boxes = final_boxes(text)
@@ -177,7 +177,7 @@ def parse_gold(gold: str) -> list[Any]:
     """
     from math_verify import parse
 
-    from grpo_run.plugins.verifiers.math_text import rewrite_mixed_numbers
+    from grpo_run.plugins.verifiers.math.text import rewrite_mixed_numbers
 
     gold = rewrite_mixed_numbers(gold)
     if BOXED in gold or "$" in gold:
@@ -194,7 +194,7 @@ def parse_gold(gold: str) -> list[Any]:
 @lru_cache(maxsize=8192)
 def _is_plain_number(gold: str) -> bool:
     """Whether the gold is a plain number (rule 6 applies), not an expression (``3^{5}``, ``2\\pi``)."""
-    from grpo_run.plugins.verifiers.math_arithmetic import is_plain_number
+    from grpo_run.plugins.verifiers.math.arithmetic import is_plain_number
 
     return is_plain_number(parse_gold(gold)[0])
 
