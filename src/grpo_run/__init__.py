@@ -12,16 +12,15 @@ and :class:`RewardFunction` (docs/python-api.md).
 from importlib import metadata as _metadata
 
 from grpo_run.core.compat import cache_keyword
-from grpo_run.core.config.issues import ConfigIssue
+from grpo_run.core.config.abilities import ChecksRunConfig, TakesRunDefaults
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptRow
-from grpo_run.core.errors import PluginError, RunError, UserError
-from grpo_run.core.loop.trace_records import CompletionTrace
+from grpo_run.core.errors import ConfigIssue, PluginError, RunError, UserError
+from grpo_run.core.plugins.trace_records import CompletionTrace
 from grpo_run.core.plugins.abilities import (
     AsyncClosable,
     BatchVerifier,
     CapsBatchSize,
-    ChecksRunConfig,
     DeclaresScoreRange,
     DrivenEnvironment,
     LogsCompletions,
@@ -34,7 +33,6 @@ from grpo_run.core.plugins.abilities import (
     ShapingConfig,
     Stateful,
     StreamingEngine,
-    TakesRunDefaults,
 )
 from grpo_run.core.plugins.contracts import (
     Environment,

@@ -71,10 +71,11 @@ def test_every_public_name_is_importable(name: str) -> None:
 
 
 def test_every_ability_is_public_and_documented() -> None:
+    from grpo_run.core.config import abilities as config_abilities
     from grpo_run.core.plugins import abilities
 
-    protocols = [n for n, v in vars(abilities).items() if isinstance(v, type) and getattr(v, "_is_protocol", False)
-                 and v.__module__ == abilities.__name__]
+    protocols = [n for module in (abilities, config_abilities) for n, v in vars(module).items()
+                 if isinstance(v, type) and getattr(v, "_is_protocol", False) and v.__module__ == module.__name__]
     assert protocols, "no ability protocols found"
     doc = (SRC.parents[1] / "docs" / "plugins.md").read_text(encoding="utf-8")
     for name in protocols:

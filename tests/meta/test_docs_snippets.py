@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from grpo_run.cli.main import _parser, command_words
-from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.loading import parse_config
+from grpo_run.core.errors import ConfigError
 from support.paths import DOCS, EXAMPLES, REPO
 
 PAGES = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]

@@ -15,9 +15,8 @@ from grpo_run.api.reward_functions import (
 from grpo_run.api.training import outside_event_loop
 from grpo_run.core.config.converter import make_converter, structure_components
 from grpo_run.core.config.formatting import issues_from_exception
-from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.schema import ScoringSection
-from grpo_run.core.errors import UserError
+from grpo_run.core.errors import ConfigError, UserError
 from grpo_run.core.plugins.families import VERIFIER
 from grpo_run.core.plugins.host import build_plugin_host
 

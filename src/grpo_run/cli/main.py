@@ -214,7 +214,7 @@ def _load_checked(args: argparse.Namespace, host):
     model's."""
     from grpo_run.cli.data_check import check_data
     from grpo_run.core.config import load_config
-    from grpo_run.core.config.issues import ConfigError, ConfigIssue
+    from grpo_run.core.errors import ConfigError, ConfigIssue
     from grpo_run.core.config.loading import apply_overrides, read_toml
     from grpo_run.core.loop.preflight import check_model, raw_model_issues
 

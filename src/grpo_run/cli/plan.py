@@ -68,7 +68,7 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
     import torch
 
     from grpo_run.core.config import load_config
-    from grpo_run.core.config.issues import ConfigError
+    from grpo_run.core.errors import ConfigError
     from grpo_run.core.loop.build import learner_spec, resolve_model_path
     from grpo_run.core.loop.memory_setup import model_config, plan_inputs
     from grpo_run.core.loop.preflight import model_path_issues

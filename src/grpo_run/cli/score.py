@@ -38,10 +38,9 @@ from rich.table import Table
 
 from grpo_run.core.config.converter import make_converter, structure_components
 from grpo_run.core.config.formatting import issues_from_exception, with_key
-from grpo_run.core.config.issues import ConfigError, ConfigIssue
 from grpo_run.core.config.loading import read_toml
 from grpo_run.core.config.schema import ScoringSection
-from grpo_run.core.errors import UnknownComponentError, UserError
+from grpo_run.core.errors import ConfigError, ConfigIssue, UnknownComponentError, UserError
 from grpo_run.core.plugins.families import VERIFIER
 from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.core.scoring.metrics import ScoringMetrics

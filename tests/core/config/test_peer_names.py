@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from grpo_run.core.config import load_config
-from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.peer_names import PEER_NAMES, _section_keys
+from grpo_run.core.errors import ConfigError
 
 BASE = '[task]\nname = "arithmetic"\n\n[verifiers.math]\n'
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_run.core.config import config_to_dict, parse_config
-from grpo_run.core.config.issues import ConfigError
+from grpo_run.core.errors import ConfigError
 
 NAME = "support.rescaled_verifiers:FollowsRun"
 

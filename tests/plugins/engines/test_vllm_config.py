@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from support.paths import EXAMPLES
-from grpo_run.core.config.issues import ConfigError
 from grpo_run.core.config.loading import parse_config
+from grpo_run.core.errors import ConfigError
 from grpo_run.plugins.engines.vllm import VLLMEngineConfig
 from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.config import PYTHON_ENV

@@ -275,7 +275,7 @@ def test_the_endpoint_listens_on_loopback_only():
     ("solve", "must be 'module:function'"),
 ])
 def test_a_bad_function_is_a_config_error_naming_the_key(function, match):
-    from grpo_run.core.config.issues import ConfigError
+    from grpo_run.core.errors import ConfigError
     from grpo_run.core.config.loading import parse_config
     from grpo_run.core.plugins.host import build_plugin_host
 

@@ -197,7 +197,7 @@ def test_tool_schemas_convert_both_ways():
     ("env_args", "vf_calculator", {"taskset": {"num_taskz": 3}}, "verifiers rejects env 'vf_calculator'"),
 ])
 def test_a_bad_env_is_a_config_error_naming_the_key(key, env_id, env_args, match):
-    from grpo_run.core.config.issues import ConfigError
+    from grpo_run.core.errors import ConfigError
     from grpo_run.core.config.loading import parse_config
     from grpo_run.core.plugins.host import build_plugin_host
 

@@ -9,9 +9,9 @@
 from grpo_run.core.config.converter import make_converter
 from grpo_run.core.config.dumping import config_to_dict, dump_config_toml
 from grpo_run.core.config.invariants import INVARIANTS, check_invariants
-from grpo_run.core.config.issues import ConfigError, ConfigIssue
 from grpo_run.core.config.loading import apply_overrides, load_config, parse_config
 from grpo_run.core.config.schema import EngineSlot, KLSlot, PluginSlot, RunConfig
+from grpo_run.core.errors import ConfigError, ConfigIssue
 
 __all__ = [
     "INVARIANTS",

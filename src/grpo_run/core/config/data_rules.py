@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.registry import did_you_mean
 
 

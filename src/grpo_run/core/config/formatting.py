@@ -16,9 +16,9 @@ from typing import Any
 import attrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
-from grpo_run.core.config.issues import ConfigError, ConfigIssue
 from grpo_run.core.config.peer_names import unknown_key_hint
 from grpo_run.core.config.toml_writer import toml_key
+from grpo_run.core.errors import ConfigError, ConfigIssue
 from grpo_run.core.plugins.registry import did_you_mean
 
 _TOML_TYPES: tuple[tuple[type, str], ...] = (

@@ -13,12 +13,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from grpo_run.core.config.abilities import ChecksRunConfig
 from grpo_run.core.config.data_rules import DATA_RULES
 from grpo_run.core.config.environment_rules import environment_rules
-from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.placement_rules import PLACEMENT_RULES
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.plugins.abilities import ChecksRunConfig, ShapingConfig
+from grpo_run.core.errors import ConfigIssue
+from grpo_run.core.plugins.abilities import ShapingConfig
 from grpo_run.core.plugins.families import FAMILIES
 from grpo_run.core.plugins.types import VerifierConfig
 

@@ -16,9 +16,9 @@ from cattrs.errors import ClassValidationError
 from grpo_run.core.config.converter import make_converter
 from grpo_run.core.config.formatting import describe_value, issues_from_exception, join_path
 from grpo_run.core.config.invariants import check_invariants
-from grpo_run.core.config.issues import ConfigError, ConfigIssue
 from grpo_run.core.config.run_defaults import apply_run_defaults
 from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.errors import ConfigError, ConfigIssue
 from grpo_run.core.plugins.registry import ComponentRegistry
 
 OVERRIDE_SOURCE = "--set"

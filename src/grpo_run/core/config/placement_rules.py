@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.errors import ConfigIssue
 
 
 def _device(cfg: RunConfig) -> str:

@@ -7,9 +7,9 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.issues import ConfigIssue
+from grpo_run.core.config.abilities import TakesRunDefaults
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.plugins.abilities import TakesRunDefaults
+from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.families import FAMILIES
 
 

@@ -9,16 +9,16 @@ from typing import Any
 import attrs
 
 from grpo_run.core.data.prompts import PromptRow
-from grpo_run.core.loop.trace_records import CompletionTrace
 from grpo_run.core.loop.traces import TraceWriter, episode_spans
 from grpo_run.core.plugins.contracts import GenerationEngine
+from grpo_run.core.plugins.trace_records import CompletionTrace
 from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
-from grpo_run.core.rollout.seeds import eval_seed
 from grpo_run.core.rollout.episode_producer import episode_metrics
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.core.rollout.episodes import Episode, derive_seed, episode_solved, failed_episode, success_bar
-from grpo_run.core.scoring.results import ScoredCompletion
+from grpo_run.core.rollout.seeds import eval_seed
 from grpo_run.core.runlog import get_logger
+from grpo_run.core.scoring.results import ScoredCompletion
 from grpo_run.core.scoring.scorer import RewardScorer, ScoredBatch
 
 

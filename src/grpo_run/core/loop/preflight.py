@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_run.core.config.issues import ConfigIssue
 from grpo_run.core.config.schema import ModelSection, RunConfig
+from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.families import MODEL
 from grpo_run.core.plugins.registry import ComponentRegistry, did_you_mean
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.observers import StepEvent
-from grpo_run.core.loop.trace_records import CompletionTrace
-from grpo_run.core.rollout.episodes import Episode
 from grpo_run.core.plugins.abilities import LogsCompletions
+from grpo_run.core.plugins.trace_records import CompletionTrace
 from grpo_run.core.plugins.types import is_solved
+from grpo_run.core.rollout.episodes import Episode
 from grpo_run.core.runlog import get_logger
 
 ROLLOUTS_DIR = "rollouts"
