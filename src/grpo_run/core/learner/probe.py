@@ -38,8 +38,7 @@ from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.lora import wrap_policy
 from grpo_run.core.learner.micro import micro_batch_bins
-from grpo_run.core.learner.simulate import cuda_kernels, full_logits_of, rollout_sequences
-from grpo_run.core.compat import enable_activation_checkpointing
+from grpo_run.core.learner.simulate import cuda_kernels, full_logits_of, learner_model, rollout_sequences
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies.sharding import rank_shares
 from grpo_run.core.memory.fake import FakeDevice
@@ -118,19 +117,13 @@ class _Probed:
 
 def _measure(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, full_logits: bool = False) -> _Probed:
     """One training micro-batch and one no-grad log-prob pass over one packed batch of ``rollout``."""
-    from transformers import AutoModelForCausalLM
-
     spec = attrs.evolve(spec, forward_tokens=0, logprob_forward_tokens=0, budget_plan=None)
     seqs = rollout_sequences(rollout, vocab_size=int(_text_config(config).vocab_size))
     batch = pack_sequences(seqs, max(spec.algorithm.pack_length, max(len(s) for s in seqs)), spec.pad_token_id)
     layout = batch_layout(batch, share_prompts=spec.algorithm.share_prompts)
     fake = FakeDevice()
     with fake, cuda_kernels(device == "cuda"):
-        policy = AutoModelForCausalLM.from_config(
-            config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
-        )
-        if spec.model.gradient_checkpointing:
-            enable_activation_checkpointing(policy)
+        policy = learner_model(config, spec)
         with full_logits_of(policy) if full_logits else contextlib.nullcontext(), _watch_layers(policy, fake) as seen:
             if spec.model.lora is not None:
                 policy = wrap_policy(policy, spec.model.lora)

@@ -66,25 +66,17 @@ def simulate_step(
 
     ``full_logits``: the output layer computes real ``[tokens, V]`` logits (as a model that
     post-processes its logits does) instead of the chunked log-probs."""
-    from transformers import AutoModelForCausalLM
-
     start = time.perf_counter()
     seqs = rollout_sequences(rollout, vocab_size=int(config.vocab_size))
     fake = FakeDevice()
     with fake, cuda_kernels(device == "cuda"):
-        policy = AutoModelForCausalLM.from_config(
-            config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
-        )
-        if spec.model.gradient_checkpointing:
-            enable_activation_checkpointing(policy)
+        policy = learner_model(config, spec)
         reference = None
         if spec.model.lora is not None:
             policy = wrap_policy(policy, spec.model.lora)
             reference = AdapterDisabledView(policy) if spec.uses_reference else None
         elif spec.uses_reference:
-            reference = AutoModelForCausalLM.from_config(
-                config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
-            )
+            reference = learner_model(config, spec, checkpointing=False)
             reference.eval().requires_grad_(False)
         kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
         learner = Learner(spec, policy, reference, spec.loss.build(), kl)
@@ -99,6 +91,20 @@ def simulate_step(
             peak=fake.counter.peak, steady=fake.counter.live, micro_batches=metrics.get("perf/micro_batches", 0.0),
             seconds=time.perf_counter() - start,
         )
+
+
+def learner_model(config: Any, spec: LearnerSpec, *, checkpointing: bool = True) -> Any:
+    """The model of ``config`` as the learner builds it (its dtype, attention, and checkpointing
+    as the spec says unless ``checkpointing`` is off: a reference), on the device the caller's
+    mode gives it (fake tensors here); LoRA is the caller's."""
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_config(
+        config, dtype=spec.model.torch_dtype, attn_implementation=spec.model.attn_implementation
+    )
+    if checkpointing and spec.model.gradient_checkpointing:
+        enable_activation_checkpointing(policy)
+    return policy
 
 
 def rollout_sequences(rollout: RolloutShape, vocab_size: int, seed: int = 0) -> list[SequenceToPack]:
