@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copyreg
 import inspect
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar

@@ -1,5 +1,5 @@
-"""Config errors: :class:`ConfigIssue`, :class:`ConfigError`, and the formatter that turns the
-``cattrs`` exception tree raised while structuring into one issue per problem.
+"""The formatter that turns the ``cattrs`` exception tree raised while structuring into one
+:class:`~grpo_run.core.errors.ConfigIssue` per problem, and the unknown-key messages.
 
 ``cattrs.transform_error`` would flatten the same tree, but its default formatter replaces an
 ``attrs`` validator's message with a generic one; ours keeps the validator's own words and only
@@ -13,12 +13,11 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-import attrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
 from grpo_run.core.config.peer_names import unknown_key_hint
 from grpo_run.core.config.toml_writer import toml_key
-from grpo_run.core.errors import ConfigError, ConfigIssue
+from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.registry import did_you_mean
 
 _TOML_TYPES: tuple[tuple[type, str], ...] = (

@@ -43,7 +43,7 @@ from grpo_run.core.compat import enable_activation_checkpointing
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
-from grpo_run.core.learner.logprobs import batch_layout, completion_logprobs
+from grpo_run.core.learner.logprobs import completion_logprobs
 from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, pack_mini_batch, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs

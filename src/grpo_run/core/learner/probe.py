@@ -94,7 +94,7 @@ def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, l
 
 def _line(tokens: list[int], per_layer: list[int], rest: list[int], layers: int) -> tuple[float, float]:
     """``(per_token, fixed)`` of ``layers x (a T + b) + c T + d`` through the two probe points."""
-    (t1, t2), span = tokens, tokens[1] - tokens[0]
+    t1, span = tokens[0], tokens[1] - tokens[0]
     a = (per_layer[1] - per_layer[0]) / span
     b = per_layer[0] - a * t1
     c = (rest[1] - rest[0]) / span

@@ -9,7 +9,6 @@ once into one :class:`VerifierPolicy` per verifier, so the rest of the runtime a
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Mapping
 from typing import Any
 

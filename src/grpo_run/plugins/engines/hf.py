@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 

@@ -4,7 +4,6 @@ defaults."""
 
 from __future__ import annotations
 
-import math
 import re
 import string
 from typing import Any, Literal
