@@ -41,8 +41,9 @@ $(VENV)/.installed: $(VENV)/.installed-core
 demo: $(VENV)/.installed-core
 	$(VENV)/bin/grpo-run examples/arithmetic.toml --output-dir $(RUN_DIR)
 
+# --durations: the slowest tests, so that CI's log says where its time goes.
 test: setup
-	$(PY) -m pytest -q -ra -m "not heavy"
+	$(PY) -m pytest -q -ra --durations=15 -m "not heavy"
 
 # The real engines (vLLM on CPU, DeepSpeed over gloo, a local Ray instance): their own setup, and
 # the tests marked `heavy`. `.ci/run` runs `make test` and then this.
@@ -86,7 +87,7 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 test-heavy: setup-heavy
-	$(PY) -m pytest -q -ra -m "heavy and not learning" || [ $$? -eq 5 ]  # 5: no heavy test collected
+	$(PY) -m pytest -q -ra --durations=15 -m "heavy and not learning" || [ $$? -eq 5 ]  # 5: no heavy test collected
 
 # RL teaching SmolLM2-135M-Instruct arithmetic (docs/real-model.md): up to 15 minutes on 2 idle
 # cores, too long for test-heavy's budget.
