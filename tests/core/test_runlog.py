@@ -94,3 +94,24 @@ def test_after_the_run_warnings_and_loggers_are_back_as_they_were(tmp_path) -> N
         fh.close()
     assert library.handlers == [console] and warnings.showwarning is shown
     assert all(type(h).__name__ != "_ToRunLog" for h in logging.getLogger().handlers)
+
+
+def test_a_logger_left_on_a_finished_runs_file_drops_its_events_instead_of_raising(tmp_path) -> None:
+    """Code that logs after a run closed its log (here: a logger configured for it, the file then
+    closed) must not fail with an I/O error; the closed file keeps what the run wrote."""
+    import structlog
+
+    from grpo_run.core.runlog import configure_run_logging, get_logger
+
+    saved = structlog.get_config()
+    try:
+        log_file = configure_run_logging(tmp_path)
+        get_logger().info("during_the_run")
+        log_file.close()
+        get_logger().info("after_the_run")  # raised "I/O operation on closed file" before
+        log_file.flush()
+    finally:
+        structlog.configure(**saved)
+    events = [json.loads(line)["event"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert events == ["during_the_run"]
+    assert log_file.failed is None

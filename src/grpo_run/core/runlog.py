@@ -113,19 +113,24 @@ def _writes_to_console(handler: logging.Handler) -> bool:
 class SafeLogFile:
     """The file ``log.jsonl`` is written through: a write the file system refuses is dropped
     (the error that matters is reported by the write that stops the run), so logging an error
-    never raises a second one."""
+    never raises a second one. A write after the file was closed (a logger still pointing at a
+    finished run's file) is dropped too, rather than raising in the caller's code."""
 
     def __init__(self, fh: IO[str]) -> None:
         self._fh = fh
         self.failed: OSError | None = None
 
     def write(self, text: str) -> None:
+        if self._fh.closed:
+            return
         try:
             self._fh.write(text)
         except OSError as exc:
             self.failed = self.failed or exc
 
     def flush(self) -> None:
+        if self._fh.closed:
+            return
         try:
             self._fh.flush()
         except OSError as exc:
