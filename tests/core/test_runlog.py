@@ -78,6 +78,8 @@ def test_library_warnings_and_logs_go_to_log_jsonl_not_the_console(tmp_path) -> 
 
 
 def test_after_the_run_warnings_and_loggers_are_back_as_they_were(tmp_path) -> None:
+    import structlog
+
     from grpo_run.core.runlog import LibraryOutput, configure_run_logging
 
     library = logging.getLogger("own_handler_library")
@@ -91,6 +93,7 @@ def test_after_the_run_warnings_and_loggers_are_back_as_they_were(tmp_path) -> N
         assert console not in library.handlers and warnings.showwarning is not shown
     finally:
         output.stop()
+        structlog.reset_defaults()  # as a run's close does: no later test logs into the closed file
         fh.close()
     assert library.handlers == [console] and warnings.showwarning is shown
     assert all(type(h).__name__ != "_ToRunLog" for h in logging.getLogger().handlers)
