@@ -3,7 +3,7 @@
     python bench/bench_learner_memory.py [--scales 1,2,3,4] [--budget 16384]
     python bench/bench_learner_memory.py --worker --sequences N --budget B   # one step, prints JSON
 
-Each figure is one learner step in a fresh process (its RSS high-water mark, ``ru_maxrss``, so
+Each figure is one learner step in a fresh process (its RSS high-water mark, ``VmHWM``, so
 nothing of an earlier step counts), on a Llama-shaped model with deep, narrow layers (h64, 8
 layers, 1k vocabulary, random init, fp32, no checkpointing) whose activations, not its weights or
 the libraries, dominate the peak. Scale 1 is 128 sequences of 120 tokens (15,360 tokens, under
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +35,7 @@ def one_step(sequences: int, budget: int) -> dict[str, float]:
     from grpo_run.core.config.schema import AlgorithmSection, KLSlot, OptimSection
     from grpo_run.core.learner.learner import Learner
     from grpo_run.core.learner.spec import ComponentSpec, LearnerSpec, ModelSpec
+    from grpo_run.core.memory.budget import resident_peak_bytes
     from grpo_run.core.rollout.packing import SequenceToPack
     from grpo_run.plugins.losses.dapo import DapoLoss
 
@@ -66,7 +66,7 @@ def one_step(sequences: int, budget: int) -> dict[str, float]:
         "tokens": sequences * (prompt_len + completion_len),
         "budget": budget,
         "micro_batches": metrics["perf/micro_batches"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": resident_peak_bytes() / 2**20,
         "learner_s": metrics["perf/learner_s"],
     }
 

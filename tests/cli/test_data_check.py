@@ -36,8 +36,8 @@ def test_check_names_each_prompt_longer_than_the_limit(tmp_path, capsys):
 
 def test_check_of_a_10_mb_prompt_stays_small(tmp_path):
     cfg, train = _rows_with_long_prompts(tmp_path, {2: "7" * 10_000_000})
-    probe = ("import resource, sys; from grpo_run.cli.main import main; code = main(sys.argv[1:]); "
-             "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")
+    probe = ("import sys; from grpo_run.cli.main import main; from grpo_run.core.memory.budget import resident_peak_bytes; "
+             "code = main(sys.argv[1:]); print('PEAK_KB', int(resident_peak_bytes() / 1024)); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", probe, "check", str(cfg)], capture_output=True, text=True,
                           env=subprocess_env(), timeout=300)
     assert done.returncode == 0, done.stderr

@@ -110,8 +110,8 @@ def test_training_with_a_10_mb_prompt_row_drops_it_without_the_memory_of_tokenis
     rows = [json.loads(line) for line in train.read_text().splitlines()]
     rows[1]["messages"][0]["content"] = "7" * 10_000_000
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    probe = ("import resource, sys; from grpo_run.cli.main import main; code = main(sys.argv[1:]); "
-             "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")
+    probe = ("import sys; from grpo_run.cli.main import main; from grpo_run.core.memory.budget import resident_peak_bytes; "
+             "code = main(sys.argv[1:]); print('PEAK_KB', int(resident_peak_bytes() / 1024)); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", probe, str(cfg), "--output-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert done.returncode == 0, done.stderr

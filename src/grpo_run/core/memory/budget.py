@@ -10,6 +10,8 @@ the most tokens that fit the plan's headroom (:func:`choose_budgets`).
 
 from __future__ import annotations
 
+import sys
+
 import attrs
 
 from grpo_run.core.memory.plan import BUDGET_STEP, HEADROOM, ActivationCost, gib
@@ -66,9 +68,27 @@ def peak_bytes(device: str) -> float:
         import torch
 
         return float(torch.cuda.max_memory_allocated(torch.device(device)))
+    return resident_peak_bytes()
+
+
+def resident_peak_bytes() -> float:
+    """This process's resident-set high-water mark, in bytes.
+
+    Linux's ``VmHWM`` (``/proc/self/status``) belongs to the running program alone.
+    ``ru_maxrss`` is only the fallback: Linux carries it over ``exec``, so a run started from a large
+    process (a notebook kernel, a test worker) would report its parent's peak as its own.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+    scale = 1.0 if sys.platform == "darwin" else 1024.0  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def device_memory(device: str) -> tuple[float, float, float]:
