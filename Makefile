@@ -41,9 +41,12 @@ $(VENV)/.installed: $(VENV)/.installed-core
 demo: $(VENV)/.installed-core
 	$(VENV)/bin/grpo-run examples/arithmetic.toml --output-dir $(RUN_DIR)
 
-# --durations: the slowest tests, so that CI's log says where its time goes.
+# Two pytest-xdist workers (a file's tests stay in one worker, so its module fixtures are built
+# once), each with one torch thread (tests/conftest.py): most tests wait on subprocesses and
+# sockets, so one process leaves a core idle. --durations: the slowest tests, in CI's log too.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -ra --durations=15 -m "not heavy"
+	$(PY) -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not heavy"
 
 # The real engines (vLLM on CPU, DeepSpeed over gloo, a local Ray instance): their own setup, and
 # the tests marked `heavy`. `.ci/run` runs `make test` and then this.

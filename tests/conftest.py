@@ -32,8 +32,9 @@ def _ensure_example_plugins() -> None:
 
 _ensure_example_plugins()
 
-# Keep torch to the 2 cores this machine has; tests must not oversubscribe them.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Keep torch to the 2 cores this machine has; tests must not oversubscribe them. Under
+# pytest-xdist (`make test` runs two workers) each worker takes one.
+os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
