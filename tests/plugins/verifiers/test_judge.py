@@ -308,13 +308,15 @@ def test_cancelled_call_cancels_its_request_and_frees_its_slot(server: JudgeServ
 
 
 def test_concurrency_cap_is_respected(server: JudgeServer) -> None:
-    judge = make_judge(server.base_url, model="slow:0.2", max_concurrency=4)
+    # Each reply takes 1 s, so the cap is reached on a busy machine too: the fourth request has a
+    # second to arrive before the first one ends (with 0.2 s it once peaked at 3 under a parallel test run).
+    judge = make_judge(server.base_url, model="slow:1.0", max_concurrency=4)
     start = time.monotonic()
-    results = score_all(judge, [(f"c{i} <<score=1>>", "42", ROW) for i in range(12)])
+    results = score_all(judge, [(f"c{i} <<score=1>>", "42", ROW) for i in range(8)])
     elapsed = time.monotonic() - start
     assert all(isinstance(r, VerifierResult) for r in results)
     assert server.max_in_flight == 4  # the cap, and reached
-    assert elapsed >= 0.6  # 12 calls / 4 at a time x 0.2 s
+    assert elapsed >= 2.0  # 8 calls / 4 at a time x 1 s
 
 
 def test_requests_per_minute_spaces_requests(server: JudgeServer) -> None:
