@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from support.processes import run_grpo
+from support.processes import cpu_load, run_grpo
 from support.runs import agent_run
 
 pytest.importorskip("openai")
@@ -54,3 +54,22 @@ def test_a_first_ctrl_c_ends_a_run_whose_agents_are_slow_to_let_go_saving_the_la
         f"resume with: grpo-run train {path} --output-dir {run} --resume {checkpoint}",
     ]
     assert (checkpoint / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("function", ["ok", "three_calls"])
+def test_128_agents_at_once_on_a_loaded_machine_are_charged_only_their_own_time(tmp_path, function):
+    """16 x 8 episodes at once, each one to three model calls through a fresh ``AsyncOpenAI``
+    client, ``episode_timeout_s = 3``, while three processes keep the CPUs busy. Every episode
+    failed ("11.5 s in its calls and code"): the time each agent's coroutine waited for the event
+    loop (the other agents building their clients, the HTTP handling of its own calls) was
+    charged to it."""
+    path, run = agent_run(tmp_path, f"support.hostile_agents:{function}", train={"total_steps": 1},
+                          rollout={"num_unique_prompts_rollout": 16, "num_samples_per_prompt_rollout": 8},
+                          environment={"episode_timeout_s": 3, "max_turns": 3})
+    with cpu_load(3):
+        done = run_grpo([str(path), "--output-dir", str(run)], limit_s=280)
+
+    assert done.returncode == 0 and "Traceback" not in done.output, done.output
+    metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert metrics["env/episodes"] == 128 and metrics["env/timeout_rate"] == 0 and metrics["env/error_rate"] == 0
+    assert metrics["env/env_s"] / 128 < 1.5  # its own time per episode, on average

@@ -66,3 +66,20 @@ async def stubborn(row, base_url):
             except asyncio.CancelledError:
                 pass
     return 0.0
+
+
+async def ok(row, base_url):
+    """One model call through a fresh ``AsyncOpenAI`` client, as most agents start."""
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        reply = await client.chat.completions.create(model="policy", messages=row["messages"], max_tokens=8)
+    return float(reply.choices[0].message.content == row.get("ground_truth"))
+
+
+async def three_calls(row, base_url):
+    """Three model calls in a row through a fresh ``AsyncOpenAI`` client, nothing else."""
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        messages = list(row["messages"])
+        for _ in range(3):
+            reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
+            messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    return float(reply.choices[0].message.content == row.get("ground_truth"))

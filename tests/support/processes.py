@@ -4,6 +4,7 @@ processes it left behind. Signals only ever go to processes these helpers starte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -128,3 +129,15 @@ def kill_session(sid: int) -> None:
             proc.send_signal(signal.SIGKILL)
         except psutil.Error:
             continue
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """A loaded machine for the block: ``processes`` processes that spin on a CPU each."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from grpo_run import Chat, EpisodeResult, Tool
+from grpo_run.plugins.environments.agent_server import EpisodeServer, waiting
 
 
 def load_agent_function(path: str) -> Callable[..., Any]:
@@ -75,8 +76,6 @@ class AgentEnvironment:
     Config = AgentConfig
 
     def __init__(self, config: AgentConfig, tools: Mapping[str, Tool]) -> None:
-        from grpo_run.plugins.environments.agent_server import EpisodeServer
-
         self.config = config
         self.label = config.function
         """How the run's messages name this environment's code (``still waiting`` lines)."""
@@ -85,7 +84,8 @@ class AgentEnvironment:
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult:
         if self.server.port == 0:
-            await asyncio.to_thread(self.server.start)
+            with waiting(chat):  # the run's own set-up, not the agent's time
+                await asyncio.to_thread(self.server.start)
         token = self.server.open_episode(chat, asyncio.get_running_loop())
         try:
             try:

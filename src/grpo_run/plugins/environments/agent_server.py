@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import json
 import secrets
@@ -166,6 +167,12 @@ class EpisodeServer:
         entry = self.episodes.get(token)
         if entry is None:
             return _error(404, "no such episode (it has ended)")
+        with waiting(entry.chat):  # from its arrival to its answer, the agent waits for the run
+            return await self._answer(request, token, entry)
+
+    async def _answer(self, request: Any, token: str, entry: EpisodeEntry) -> Any:
+        from starlette.responses import JSONResponse
+
         entry.requests += 1
         turns_left = getattr(entry.chat, "turns_left", None)
         if turns_left is not None and turns_left() <= 0:  # the episode is over: the empty turn now, not a 429
@@ -206,6 +213,12 @@ class EpisodeServer:
             entry.pending.discard(future)
         return JSONResponse(response_body(turn, f"{token}-{entry.requests}", body.get("model") or MODEL_ID,
                                           entry.served))
+
+
+def waiting(chat: Chat) -> contextlib.AbstractContextManager[None]:
+    """``chat.waiting()``: time the episode's clock does not count (a chat without it: none)."""
+    method = getattr(chat, "waiting", None)
+    return method() if callable(method) else contextlib.nullcontext()
 
 
 class AtCapacity(OSError):
