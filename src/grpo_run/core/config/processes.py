@@ -161,6 +161,9 @@ class DistributedSection:
     startup_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0))
     """Actors (and the placement group) not running within this time fail the run, naming what
     the cluster could not provide."""
+    join_timeout_s: float = attrs.field(default=30.0, validator=v.gt(0.0))
+    """Joining the cluster at ``RAY_ADDRESS``: no answer within this time fails the run in one line
+    (Ray itself retries for minutes); its retry messages go to the run's log."""
 
     def resources_of(self, kind: Literal["engine", "learner", "scoring"]) -> ActorResources:
         given = {"engine": self.engine_resources, "learner": self.learner_resources,

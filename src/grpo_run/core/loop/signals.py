@@ -253,6 +253,10 @@ def kill_child_processes() -> None:
 def _write_stderr(text: str) -> None:
     try:
         sys.stderr.flush()
-        os.write(2, (text + "\n").encode("utf-8", "replace"))
+        fd = sys.stderr.fileno()  # the console's, while file descriptor 2 goes elsewhere (ray_join.py)
+    except (AttributeError, OSError, ValueError):
+        fd = 2
+    try:
+        os.write(fd, (text + "\n").encode("utf-8", "replace"))
     except OSError:
         pass

@@ -1,7 +1,7 @@
 """``distributed.backend = "ray"``: engines and learner ranks as Ray actors.
 
 Connects to the cluster at ``RAY_ADDRESS`` (``ray start --head`` on one node, ``ray start
---address=...`` on the others) or, without it, starts a local Ray instance sized to fit the
+--address=...`` on the others; :mod:`.ray_join`) or, without it, starts a local Ray instance sized to fit the
 run's actors. Each learner rank is a :class:`~.ray_actors.RayLearnerRank` actor with
 ``distributed.learner_resources`` (rank 0 names the rendezvous on its node; NCCL or gloo inside),
 each engine an :class:`~.ray_actors.EngineActor` with ``distributed.engine_resources``. With
@@ -23,17 +23,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
-from ray.exceptions import AuthenticationError, GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from grpo_run.core.config.processes import ActorResources, LearnerSection, actor_resources
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.errors import RunError
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts
 from grpo_run.core.placement.learner_group import RankedLearnerGroup
 from grpo_run.core.placement.learner_rank import RankSetup
+from grpo_run.core.placement.ray_join import join_cluster
 from grpo_run.core.placement.ray_watcher import start_watcher, stop_watcher
 from grpo_run.core.placement.ray_actors import (
     EngineActor,
@@ -66,11 +67,8 @@ class RayPlacement:
         address = os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
             with _keep_signal_handlers():
-                if address:
-                    try:
-                        ray.init(address=address, logging_level=logging.WARNING)
-                    except Exception as exc:  # the whole story in one line, not Ray's traceback
-                        raise join_error(address, exc) from None
+                if address:  # one line, not Ray's retries and traceback
+                    join_cluster(address, cfg.distributed.join_timeout_s)
                 else:
                     need = sum(r.num_cpus * n for r, n in _actors(cfg))
                     ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need)), include_dashboard=False,
@@ -215,34 +213,6 @@ def _node_pids() -> list[int]:
     node = getattr(ray._private.worker, "_global_node", None)  # noqa: SLF001 - no public way to ask
     processes = getattr(node, "all_processes", {}) if node is not None else {}
     return [info.process.pid for infos in processes.values() for info in infos if info.process is not None]
-
-
-def join_error(address: str, exc: BaseException) -> Exception:
-    """What to say when ``ray.init(address=...)`` fails: a :class:`UserError` naming the token
-    setup when the cluster refused this process's token (or it has none), else a :class:`RunError`."""
-    chain, seen = [], exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
-    where = f"cannot join the Ray cluster at RAY_ADDRESS={address}"
-    if any(isinstance(e, AuthenticationError) for e in chain) or "InvalidAuthToken" in text:
-        mode = os.environ.get("RAY_AUTH_MODE")
-        return UserError(
-            f"{where}: it uses Ray's token-based authentication and refused this process "
-            f"({'RAY_AUTH_MODE is not set here' if mode is None else f'RAY_AUTH_MODE={mode} here'}; "
-            f"{_token_source()}). Export RAY_AUTH_MODE=token and give this process the cluster's token, which "
-            f"`ray get-auth-token` prints on the head node: in ~/.ray/auth_token (or the RAY_AUTH_TOKEN variable, "
-            f"or a file named by RAY_AUTH_TOKEN_PATH), as on every node (docs/scale-out.md)")
-    return RunError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-
-
-def _token_source() -> str:
-    """Where this process's token would come from, and whether there is one."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "the RAY_AUTH_TOKEN variable holds another token"
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    return f"the file {path} holds another token" if os.path.exists(path) else f"there is no file {path}"
 
 
 def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:
