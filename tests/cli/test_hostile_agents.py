@@ -5,6 +5,7 @@ run whose agents are slow to let go, saving the last finished step."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 
 import pytest
@@ -73,3 +74,18 @@ def test_128_agents_at_once_on_a_loaded_machine_are_charged_only_their_own_time(
     metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert metrics["env/episodes"] == 128 and metrics["env/timeout_rate"] == 0 and metrics["env/error_rate"] == 0
     assert metrics["env/env_s"] / 128 < 1.5  # its own time per episode, on average
+
+
+def test_holds_of_the_event_loop_each_under_the_limit_stop_the_run_once_a_step_adds_up_to_it(tmp_path, monkeypatch):
+    """Each of 8 episodes holds the loop for 2 s, under ``train.max_loop_hold_s = 5``: each hold
+    was named and none stopped, so such an agent held a step for 16 s (60 s holds: 16 minutes)."""
+    monkeypatch.setenv("HOLD_S", "2")
+    path, run = agent_run(tmp_path, "support.hostile_agents:holds_the_loop", train={"max_loop_hold_s": 5})
+    done = run_grpo([str(path), "--output-dir", str(run)], limit_s=120)
+
+    assert done.returncode == 1 and "Traceback" not in done.output, done.output
+    stop = next(line for line in done.lines if line.startswith("run stopped:"))
+    assert re.fullmatch(r"run stopped: code has held the event loop for [5-7] s in total since step 0 \(3 holds, the "
+                        r"longest [23] s: environment 'agent' run_episode 3x\), more than train.max_loop_hold_s = 5 s: "
+                        r"nothing else runs while it does \(a blocking call inside `async def`: await an async one, or "
+                        r"make it a plain def\); nothing to save \(no step finished\)", stop), stop

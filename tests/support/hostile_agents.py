@@ -83,3 +83,12 @@ async def three_calls(row, base_url):
             reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
             messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
     return float(reply.choices[0].message.content == row.get("ground_truth"))
+
+
+async def holds_the_loop(row, base_url):
+    """Holds the event loop for ``HOLD_S`` seconds (a blocking call in ``async def``), then makes
+    one model call."""
+    import time
+
+    time.sleep(float(os.environ.get("HOLD_S", "2")))  # the mistake: blocking, under any one limit
+    return await ok(row, base_url)

@@ -228,7 +228,8 @@ class TrainSection:
     max_loop_hold_s: float = attrs.field(default=120.0, validator=non_negative)
     """Seconds an environment's or an async verifier's ``async def`` may hold the event loop
     without awaiting (a blocking call inside it) before the run stops by itself: nothing else runs
-    meanwhile and such a call cannot be cancelled. The run saves the last finished step when the
+    meanwhile and such a call cannot be cancelled. Also the most all such holds (each of 0.5 s or
+    more) may add up to between two training steps. The run saves the last finished step when the
     learner is idle, as after SIGTERM, names what held the loop and exits with 1; 0 = never."""
 
 

@@ -22,6 +22,10 @@ from contextlib import contextmanager
 from typing import Any
 
 POLL_S = 0.25
+HOLD_S = 0.5
+"""A step at least this long holds the event loop (a blocking call, not a coroutine's own work
+between awaits): :attr:`StepMonitor.on_hold` hears of it (``train.max_loop_hold_s`` bounds their
+total in a training step)."""
 
 _ACTIVITY: dict[int, str] = {}
 """Per thread id: what finer-grained work runs there now (``tool 'python'``); see :func:`doing`."""
@@ -59,6 +63,8 @@ class StepMonitor:
         """Per verifier: the longest single step seen (a blocking call shows here)."""
         self.thread: int | None = None
         """The loop's thread id (to read what it is :func:`doing`)."""
+        self.on_hold: Callable[[str, float], None] | None = None
+        """Called with (name, seconds) when a step that held the loop for :data:`HOLD_S` or more ends."""
 
     def held(self) -> tuple[str, float] | None:
         """(name, seconds) of the step holding the loop right now, the name saying what it is
@@ -81,6 +87,8 @@ class StepMonitor:
         took = time.monotonic() - current[1]
         if took > self.longest_step_s.get(current[0], 0.0):
             self.longest_step_s[current[0]] = took
+        if took >= HOLD_S and self.on_hold is not None:
+            self.on_hold(current[0], took)
         return took
 
 

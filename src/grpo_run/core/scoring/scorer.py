@@ -210,6 +210,10 @@ class RewardScorer:
         held = self._async.monitor.held()
         return None if held is None else (f"async verifier {held[0]!r}", held[1])
 
+    def count_loop_holds(self, count: Callable[[str, float], None]) -> None:
+        """``count(name, seconds)`` each time an async verifier held the event loop (a blocking call)."""
+        self._async.monitor.on_hold = lambda name, seconds: count(f"async verifier {name!r}", seconds)
+
     def show_warnings_with(self, sink: Callable[[str], None]) -> None:
         """Also show runtime warnings meant for a person (an async verifier blocking the event
         loop) through ``sink``, e.g. the run's console; they are always logged."""
