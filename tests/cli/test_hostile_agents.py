@@ -89,3 +89,21 @@ def test_holds_of_the_event_loop_each_under_the_limit_stop_the_run_once_a_step_a
                         r"longest [23] s: environment 'agent' run_episode 3x\), more than train.max_loop_hold_s = 5 s: "
                         r"nothing else runs while it does \(a blocking call inside `async def`: await an async one, or "
                         r"make it a plain def\); nothing to save \(no step finished\)", stop), stop
+
+
+def test_a_connection_past_the_endpoints_cap_is_answered_429_at_once(tmp_path, monkeypatch):
+    """Each episode first holds ``CROWD = 4`` connections with half a request, against
+    ``environment.max_connections = 4``: its next request is past the cap. Such connections waited
+    in the kernel's queue until a place came free (here: never, so the client's 10 s timeout);
+    now they are answered 429 at once, which OpenAI clients retry."""
+    out = tmp_path / "crowd.jsonl"
+    monkeypatch.setenv("CROWD", "4")
+    monkeypatch.setenv("CROWD_OUT", str(out))
+    path, run = agent_run(tmp_path, "support.hostile_agents:crowded", train={"total_steps": 1},
+                          environment={"max_connections": 4})
+    done = run_grpo([str(path), "--output-dir", str(run)], limit_s=150)
+
+    assert done.returncode == 0 and "Traceback" not in done.output, done.output
+    firsts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(firsts) == 8 and {f["first"] for f in firsts} == {"RateLimitError"}, firsts
+    assert max(f["seconds"] for f in firsts) < 5, firsts

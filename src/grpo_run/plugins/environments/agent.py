@@ -63,10 +63,10 @@ class AgentConfig:
     """Requests of one episode served at once (they take their turns one by one); one more is
     answered with HTTP 429 at once and its connection closed (OpenAI clients retry it)."""
     max_connections: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    """Connections the endpoint holds open at once, all episodes together; more wait in the
-    kernel's queue until one closes. 0: an eighth of the process's open-file limit (its soft
-    limit, lifted to the hard one), as the agent's own end of each connection takes a file of the
-    trainer process too."""
+    """Connections the endpoint holds open at once, all episodes together; one more is answered
+    with HTTP 429 at once and closed (OpenAI clients retry it). 0: an eighth of the process's
+    open-file limit (its soft limit, lifted to the hard one), as the agent's own end of each
+    connection takes a file of the trainer process too."""
 
 
 class AgentEnvironment:
