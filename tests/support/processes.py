@@ -87,7 +87,12 @@ def run_grpo(
                 first_signal = first_signal or now
             time.sleep(0.02)
         ended = time.monotonic()
-        output += proc.stdout.read() or b""
+        while time.monotonic() < ended + settle_s:  # what its children still write (a crash watcher's line)
+            more = proc.stdout.read()
+            if more == b"":
+                break  # every writer is gone
+            output += more or b""
+            time.sleep(0.02)
     finally:
         if proc.poll() is None:
             kill_session(proc.pid)

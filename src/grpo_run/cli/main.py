@@ -187,19 +187,24 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.loop.run import train
     from grpo_run.core.loop.rundir import default_run_dir, run_dir_of_resume_path
 
-    _fault_stacks()
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
+    _fault_stacks(run_dir)
     with live_page(run_dir, cfg.logging.dashboard_port):
         train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite,
               report_interrupted=lambda exc: interrupted_lines(exc, args))
     return 0
 
 
-def _fault_stacks() -> None:
-    """A crash in environment or extension code (a segfault) prints where each thread was, the
-    environment's frames among them (core/rollout/env_exit.py), on the process's own stderr."""
+def _fault_stacks(run_dir: Path) -> None:
+    """A crash in environment or extension code (a segfault) is said in one line naming the code
+    that ran, every thread's stack kept in the run directory (core/crash_watch.py); without the
+    watcher, the stacks go to the process's own stderr."""
     if faulthandler.is_enabled() or sys.__stderr__ is None:
+        return
+    from grpo_run.core.crash_watch import start
+
+    if start(run_dir / "crash.txt") is not None:
         return
     try:
         faulthandler.enable(file=sys.__stderr__)

@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from grpo_run.core.crash_frames import named
+
 POLL_S = 0.25
 HOLD_S = 0.5
 """A step at least this long holds the event loop (a blocking call, not a coroutine's own work
@@ -109,13 +111,14 @@ class Tracked:
         inner = self._awaitable.__await__()
         send_value: Any = None
         throw: BaseException | None = None
+        step = named(self._name)  # a crash report names the code (crash_frames.py)
         while True:
             self._monitor.enter(self._name)
             try:
                 if throw is None:
-                    yielded = inner.send(send_value)
+                    yielded = step(inner.send, send_value)
                 else:
-                    yielded = inner.throw(throw)
+                    yielded = step(inner.throw, throw)
             except StopIteration as stop:
                 return stop.value
             finally:
