@@ -301,8 +301,9 @@ class EpisodeRunner:
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
         """An environment that drives its own conversation: ``run_episode`` with a chat session."""
-        clock = self._clock()
-        assert isinstance(clock, DrivenClock)
+        clock = _CLOCK.get()
+        if not isinstance(clock, DrivenClock):  # outside run(): a clock that never stops anything
+            clock = DrivenClock(float("inf"))
         chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample,
                            prompt_limit=self.prompt_limit, clock=clock)
         tracked = Tracked(clock.steps(self.env.run_episode(row, seed, chat)), f"environment {self.name!r} run_episode",
