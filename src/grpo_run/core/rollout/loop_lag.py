@@ -6,8 +6,10 @@ them), the run's own work, or a machine so loaded that the loop's thread does no
 asyncio keeps no record of that wait. :class:`LoopLag` measures it from outside: a daemon thread
 puts a probe in the loop's queue of ready callbacks every :data:`PROBE_EVERY_S` (one at a time)
 and notes how long it waited there. A probe that waited longer than :data:`TOLERANCE_S` marks the
-stretch from its entry to its run as *busy*: anything that became ready meanwhile waited behind
-the same queue. A driven episode's clock (:mod:`.driven_clock`) does not count its waits during
+stretch from its entry (plus the tolerance) to its run as *busy*: anything that became ready
+meanwhile waited behind the same queue. (Without the tolerance taken off, a loop always a little
+late, as under a thread that keeps the interpreter's lock, would be busy most of the time, and
+an agent hung on something that never comes would never reach its limit.) A driven episode's clock (:mod:`.driven_clock`) does not count its waits during
 busy stretches.
 
 One meter per event loop, shared by the episodes on it (:meth:`LoopLags.acquire`); its thread
@@ -57,7 +59,7 @@ class LoopLag:
             i += 1
         pending = self.pending
         if pending is not None and time.monotonic() - pending > TOLERANCE_S:
-            since = max(start, pending, self._ends[-1] if self._ends else pending)
+            since = max(start, pending + TOLERANCE_S, self._ends[-1] if self._ends else start)
             if since < end:
                 out.append((since, end))
         return out
@@ -72,10 +74,11 @@ class LoopLag:
         """On the loop's thread: the probe that entered the queue at ``entered`` runs now."""
         now = time.monotonic()
         if now - entered > TOLERANCE_S:
-            if self._ends and entered <= self._ends[-1]:
+            start = entered + TOLERANCE_S
+            if self._ends and start <= self._ends[-1]:
                 self._ends[-1] = max(self._ends[-1], now)
             else:
-                self._starts.append(entered)
+                self._starts.append(start)
                 self._ends.append(now)
         self.pending = None
 
