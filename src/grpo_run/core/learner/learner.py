@@ -233,7 +233,7 @@ class Learner:
         """:func:`completion_logprobs` of ``model`` at the learner's temperature, under autocast to
         the spec's ``model.autocast_dtype`` when mixed precision is on."""
         low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
-        region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
+        region = torch.autocast(batch.input_ids.device.type, dtype=low, cache_enabled=False) if low is not None else nullcontext()
         with region:
             return completion_logprobs(model, batch, temperature=self.temperature, layout=layout, entropy=entropy)
 

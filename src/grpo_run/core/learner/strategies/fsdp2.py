@@ -2,7 +2,8 @@
 
 Each decoder layer (the model's ``_no_split_modules`` classes) and then the whole model become
 FSDP units: parameters, gradients and optimizer state are sharded over the ranks as DTensors,
-all-gathered for each unit's forward and backward, and gradients are reduce-scattered (averaged).
+all-gathered for each unit's forward and backward, and gradients are reduce-scattered (averaged)
+after every micro-batch's backward, so they stay sharded between micro-batches.
 Full weights for checkpoints and engines come from ``get_model_state_dict(full_state_dict=True)``
 (rank 0 receives them, on the CPU); the optimizer state is checkpointed the same way, keyed by
 parameter name, so a checkpoint resumes under any number of fsdp2 ranks.
@@ -61,9 +62,10 @@ class FSDP2Strategy(DataParallel):
 
     @contextmanager
     def accumulate(self, last: bool) -> Iterator[None]:
-        # Without sync, each rank keeps its unsharded gradient and adds the next micro-batch's to
-        # it; the last backward reduce-scatters the sum.
-        self.policy.set_requires_gradient_sync(last)  # type: ignore[operator]
+        # Every micro-batch's backward reduce-scatters its gradient, which adds to the sharded
+        # gradient of the micro-batches before it: a rank never holds more than its shard of the
+        # gradients (skipping the sync until the last micro-batch would keep the whole unsharded
+        # gradient on every rank between micro-batches: 4 bytes a parameter, 28 GiB for a 7B model).
         yield
 
     def _clip_gradients(self) -> float:
