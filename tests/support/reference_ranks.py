@@ -66,9 +66,10 @@ def reference_spec(model_dir: Path, *, kl: KLSlot, autocast: str = "none") -> Le
 def reference_logprobs(model: torch.nn.Module, seqs: list[SequenceToPack], spec: LearnerSpec) -> torch.Tensor:
     """The log-probs ``[R, L]`` of ``seqs``'s completions under ``model``, as the learner computes
     them: packed, no grad, under the spec's autocast."""
-    batch = pack_sequences(seqs, spec.algorithm.pack_length, spec.pad_token_id)
+    device = next(model.parameters()).device
+    batch = pack_sequences(seqs, spec.algorithm.pack_length, spec.pad_token_id).to(device)
     low = spec.model.autocast_dtype
-    region = torch.autocast("cpu", dtype=low) if low is not None else nullcontext()
+    region = torch.autocast(device.type, dtype=low) if low is not None else nullcontext()
     with torch.no_grad(), region:
         return completion_logprobs(model, batch, temperature=spec.temperature)[0]
 
@@ -77,7 +78,7 @@ class ReferenceRank(LearnerRank):
     """A learner rank that also answers with its reference's log-probs and held bytes."""
 
     def reference_logprobs(self, encoded) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        return reference_logprobs(self.learner.reference, decode_sequences(encoded), self.setup.spec)
+        return reference_logprobs(self.learner.reference, decode_sequences(encoded), self.setup.spec).cpu()
 
     def reference_held(self) -> tuple[int, str]:
         """Bytes held of the reference, and the dtype its weights are in."""
@@ -85,11 +86,15 @@ class ReferenceRank(LearnerRank):
         return held_bytes(reference), str(next(reference.parameters()).dtype)
 
 
-def start_reference_ranks(spec: LearnerSpec, strategy: str, stage: int | None = None) -> RankedLearnerGroup:
-    """Two :class:`ReferenceRank` processes over gloo, started like ``start_local_ranks``'s."""
-    learner = learner_section(strategy, stage)
+def start_reference_ranks(
+    spec: LearnerSpec, strategy: str, stage: int | None = None, *, backend: str = "gloo"
+) -> RankedLearnerGroup:
+    """Two :class:`ReferenceRank` processes (over ``backend``; on CUDA rank i uses GPU i), started
+    like ``start_local_ranks``'s."""
+    learner = attrs.evolve(learner_section(strategy, stage), dist_backend=backend)
     base = RankSetup(spec, learner, rank=0, world_size=2, init_method=f"tcp://127.0.0.1:{free_port()}", threads=1)
-    workers = [ProcessWorker(f"learner rank {rank}", functools.partial(ReferenceRank, attrs.evolve(base, rank=rank)))
+    workers = [ProcessWorker(f"learner rank {rank}",
+                             functools.partial(ReferenceRank, attrs.evolve(base, rank=rank, local_rank=rank)))
                for rank in range(2)]
     group = RankedLearnerGroup(workers)
     try:

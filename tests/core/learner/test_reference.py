@@ -74,6 +74,7 @@ def test_a_sharded_polyak_reference_computes_and_moves_like_a_whole_one(model_di
         want = reference_logprobs(reference, seqs, spec)
         for got in on_every_rank(group, "reference_logprobs", encode_sequences(seqs)):
             torch.testing.assert_close(got, want, rtol=0, atol=FP32_ATOL)
+        assert on_every_rank(group, "reference_held") == held  # released after its forward, all of it
 
         group.train_step(make_seqs(8, seed=5))  # one update, then one Polyak move of the shards
         policy = wide_model()
