@@ -592,6 +592,7 @@ def test_config_to_dict_writes_plugin_slots_with_all_fields(registry: ComponentR
         "reference": "frozen",
         "ref_policy_update_freq": 1,
         "alpha": 0.6,
+        "reference_dtype": "auto",
     }
     assert out["task"] == {"name": "arithmetic", "num_digits": 2, "operators": ["+", "-"], "difficulty": "easy"}
     assert out["engine"] == {"name": "hf", "num_engines": 1}  # batch_size is None: omitted

@@ -27,7 +27,7 @@ from support.reference_ranks import (
 
 from grpo_run.core.config.schema import KLSlot
 from grpo_run.core.learner.offpolicy import polyak_update
-from grpo_run.core.learner.reference import load_reference
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.strategies.held import held_bytes
 from grpo_run.core.placement.flat import encode_sequences
 
@@ -108,7 +108,7 @@ def test_a_sharded_bf16_reference_equals_the_whole_fp32_one_to_bf16_rounding(mod
     fp32 = held_bytes(whole())
     assert all(dtype == "torch.bfloat16" and b < 0.3 * fp32 for b, dtype in held), held  # half the bytes, half of it
     today = reference_logprobs(whole(), seqs, spec)  # fp32 weights, bf16 autocast
-    in_bf16 = reference_logprobs(load_reference(spec), seqs, spec)  # the same, whole, in one process
+    in_bf16 = reference_logprobs(ReferenceLoader(spec).load(), seqs, spec)  # the same, whole, in one process
     mask = pack_mask(seqs, spec)
     for ranks in got:
         torch.testing.assert_close(ranks, in_bf16, rtol=0, atol=FP32_ATOL)  # sharding changes nothing

@@ -47,7 +47,7 @@ from grpo_run.core.learner.logprobs import completion_logprobs
 from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, pack_mini_batch, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
-from grpo_run.core.learner.reference import ReferenceLoader, reference_loader
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.sharding import is_idle
@@ -69,10 +69,10 @@ class Learner:
     stepped and which share of each mini-batch this process trains on; a data-parallel rank's
     loss normaliser counts tokens over all ranks. Default: one process.
 
-    ``reference``: the reference policy as a module, used as given (the LoRA policy with its
-    adapters off, a test's model), or a loader (:mod:`grpo_run.core.learner.reference`) that the
-    strategy calls once the policy is wrapped, holding the reference as it holds frozen weights
-    (sharded like the policy under fsdp2 and ZeRO-3).
+    ``reference``: the reference policy, used as given (the LoRA policy with its adapters off, a
+    test's model), or a :class:`~grpo_run.core.learner.reference.ReferenceLoader` that the strategy
+    calls once the policy is wrapped, holding the reference as it holds frozen weights (sharded
+    like the policy under fsdp2 and ZeRO-3).
     """
 
     def __init__(
@@ -96,8 +96,9 @@ class Learner:
         o = spec.optim
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
         # Loaded after the policy is wrapped (sharded): a rank never holds two whole models.
-        loaded = reference is None or isinstance(reference, torch.nn.Module)
-        self.reference: torch.nn.Module | None = reference if loaded else self.strategy.setup_reference(reference)  # type: ignore[assignment,arg-type]
+        if isinstance(reference, ReferenceLoader):
+            reference = self.strategy.setup_reference(reference)
+        self.reference = reference
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
         budgets = _token_budgets(spec, policy)
@@ -382,7 +383,7 @@ def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
         if model.gradient_checkpointing:
             enable_activation_checkpointing(policy)
         # Frozen or Polyak: starts as the initial policy; the strategy loads it after the policy.
-        reference = reference_loader(spec) if spec.uses_reference else None
+        reference = ReferenceLoader(spec) if spec.uses_reference else None
     kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
     return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)
 

@@ -14,25 +14,22 @@ With LoRA the reference is the base model with the adapters disabled
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import attrs
 import torch
 
 from grpo_run.core.learner.spec import LearnerSpec
 
-ReferenceLoader = Callable[[str | None], torch.nn.Module]
-"""Loads the reference policy, frozen, in its dtype, on the device given (``None``: ``model.device``)."""
 
+@attrs.frozen
+class ReferenceLoader:
+    """Loads the reference policy of ``spec``; a strategy calls :meth:`load` with the device it
+    loads on (:meth:`~grpo_run.core.learner.strategies.base.Strategy.setup_reference`)."""
 
-def load_reference(spec: LearnerSpec, device: str | None = None) -> torch.nn.Module:
-    """The initial policy at ``model.path`` in ``spec.reference_dtype`` on ``device`` (default
-    ``model.device``): eval mode, no gradients."""
-    model = attrs.evolve(spec.model, dtype=spec.reference_dtype, device=device or spec.model.device)
-    return model.load().eval().requires_grad_(False)
+    spec: LearnerSpec
 
-
-def reference_loader(spec: LearnerSpec) -> ReferenceLoader:
-    """:func:`load_reference` of ``spec``, for a strategy to call with the device it loads on."""
-    return functools.partial(load_reference, spec)
+    def load(self, device: str | None = None) -> torch.nn.Module:
+        """The initial policy at ``model.path`` in ``spec.reference_dtype`` on ``device`` (default
+        ``model.device``): eval mode, no gradients."""
+        spec = self.spec
+        model = attrs.evolve(spec.model, dtype=spec.reference_dtype, device=device or spec.model.device)
+        return model.load().eval().requires_grad_(False)

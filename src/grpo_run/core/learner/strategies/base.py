@@ -132,12 +132,12 @@ class Strategy:
     def load_files(self, directory: Path) -> None:
         """Read back what :meth:`save_files` wrote."""
 
-    def setup_reference(self, load: ReferenceLoader) -> torch.nn.Module:
-        """Load the reference policy (``load(device)``) and hold it as this strategy holds frozen
+    def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
+        """Load the reference policy (``loader.load(device)``) and hold it as this strategy holds frozen
         weights; returns the module its no-grad log-prob forwards go through. Every rank runs
         the same number of them (:meth:`max_over_ranks`), as for the policy's. One process: whole,
         on ``model.device``."""
-        return load(None)
+        return loader.load()
 
     def polyak(self, reference: torch.nn.Module, alpha: float) -> None:
         """Move the reference (held whole) towards the policy."""

@@ -152,8 +152,8 @@ class DeepSpeedStrategy(DataParallel):
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load its state from {directory}")
 
-    def setup_reference(self, load: ReferenceLoader) -> torch.nn.Module:
-        reference = load(None)
+    def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
+        reference = loader.load()
         if self.stage < 3:
             return reference
         import deepspeed

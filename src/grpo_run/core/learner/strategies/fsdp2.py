@@ -70,10 +70,10 @@ class FSDP2Strategy(DataParallel):
                 fully_shard(module, **kwargs)
         fully_shard(model, **kwargs, **root)
 
-    def setup_reference(self, load: ReferenceLoader) -> torch.nn.Module:
+    def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
         # On the CPU first: fully_shard moves each unit's parameters to the mesh's device as it
         # shards them, so the device never holds more than one whole unit of the reference.
-        reference = load("cpu")
+        reference = loader.load("cpu")
         # The root unit reshards after every forward: left to itself it would stay gathered
         # until a backward that a reference never runs.
         self._shard(reference, reshard_after_forward=True)
