@@ -66,9 +66,9 @@ class KLSlot:
         (``"cuda..."`` or ``"cpu"``) under ``model.autocast = autocast``.
 
         ``"auto"`` keeps a Polyak reference in ``model_dtype``: each update moves it by ``alpha``
-        times its distance to the policy, and bf16 (8 significant bits) rounds away a move of
-        less than about 0.2% of a weight, so a bf16 Polyak reference would stall wherever the
-        policy is close to it."""
+        times its distance to the policy, and bf16 (8 significant bits) rounds away a move below
+        0.2-0.4% of a weight, so a bf16 Polyak reference would stall wherever the policy is close
+        to it."""
         if self.reference_dtype != "auto":
             return self.reference_dtype
         if self.reference == "polyak" or not device.startswith("cuda"):
