@@ -47,6 +47,7 @@ from grpo_run.core.learner.logprobs import completion_logprobs
 from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, pack_mini_batch, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.sharding import is_idle
@@ -67,13 +68,18 @@ class Learner:
     ``strategy`` (:mod:`grpo_run.core.learner.strategies`) decides how the policy is wrapped and
     stepped and which share of each mini-batch this process trains on; a data-parallel rank's
     loss normaliser counts tokens over all ranks. Default: one process.
+
+    ``reference``: the reference policy, used as given (the LoRA policy with its adapters off, a
+    test's model), or a :class:`~grpo_run.core.learner.reference.ReferenceLoader` that the strategy
+    calls once the policy is wrapped, holding the reference as it holds frozen weights (sharded
+    like the policy under fsdp2 and ZeRO-3).
     """
 
     def __init__(
         self,
         spec: LearnerSpec,
         policy: torch.nn.Module,
-        reference: torch.nn.Module | None,
+        reference: torch.nn.Module | ReferenceLoader | None,
         loss: Loss,
         kl: KLEstimator | None,
         *,
@@ -81,7 +87,6 @@ class Learner:
     ) -> None:
         self.spec = spec
         self.policy = policy
-        self.reference = reference
         self.loss = loss
         self.kl = kl
         self.beta = spec.kl.beta
@@ -90,6 +95,10 @@ class Learner:
         self.strategy = strategy if strategy is not None else Strategy()
         o = spec.optim
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
+        # Loaded after the policy is wrapped (sharded): a rank never holds two whole models.
+        if isinstance(reference, ReferenceLoader):
+            reference = self.strategy.setup_reference(reference)
+        self.reference = reference
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
         budgets = _token_budgets(spec, policy)
@@ -320,7 +329,9 @@ class Learner:
             "steps": self.steps,
         }
         if self.reference is not None and self.spec.kl.reference == "polyak":
-            state["reference"] = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
+            # Full weights on the main rank (gathered where sharded): a checkpoint resumes under
+            # any strategy and number of ranks.
+            state["reference"] = self.strategy.reference_state_dict(self.reference)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -333,8 +344,8 @@ class Learner:
         self.strategy.load_optimizer_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
-        if self.reference is not None and "reference" in state:
-            self.reference.load_state_dict(state["reference"])
+        if self.reference is not None and state.get("reference") is not None:
+            self.strategy.load_reference_state_dict(self.reference, state["reference"])
 
 
 def _token_budgets(spec: LearnerSpec, policy: torch.nn.Module) -> Budgets:
@@ -371,10 +382,8 @@ def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
         policy = model.load(model.policy_from)
         if model.gradient_checkpointing:
             enable_activation_checkpointing(policy)
-        reference = None
-        if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
-            reference = model.load()
-            reference.eval().requires_grad_(False)
+        # Frozen or Polyak: starts as the initial policy; the strategy loads it after the policy.
+        reference = ReferenceLoader(spec) if spec.uses_reference else None
     kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
     return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)
 
