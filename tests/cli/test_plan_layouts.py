@@ -6,6 +6,7 @@ computation behind the budget and the verdict, a context too short, and shapes n
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -98,7 +99,8 @@ def test_identical_ranks_are_printed_once(tmp_path: Path) -> None:
                            "--set", "engine.max_batch_size=64"], capture_output=True, text=True, timeout=600)
     out = done.stdout
     assert done.returncode == 0 and out.strip().endswith("fits"), out[-3000:]
-    assert out.count("learner rank") == 0 and "learner ranks 0 to 7 on cuda:0 to cuda:7, each" in " ".join(out.split())
+    assert not re.search(r"learner rank \d", out)
+    assert "learner ranks 0 to 7 on cuda:0 to cuda:7, each" in " ".join(out.split())
     assert "cuda:1 to cuda:7 (each)" in out
 
 
@@ -142,18 +144,18 @@ def test_the_budget_is_the_largest_for_which_the_whole_plan_fits(tmp_path: Path)
                                           num_hidden_layers=8, num_attention_heads=4, max_position_embeddings=4096))
     common = ["--set", 'model.device="cpu"', "--set", "learner.num_learners=1", "--set", 'learner.strategy="single"',
               "--set", "rollout.async_steps=2", "--set", "rollout.response_length=512", "--set", "kl.beta=0.0"]
-    done = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cpu", "--memory", "6GiB",
+    done = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cpu", "--memory", "10GiB",
                            "--json", *common], capture_output=True, text=True, timeout=600)
     plan = json.loads(done.stdout)
     budget = plan["budget"]
-    assert done.returncode == 0 and plan["fits"]
+    assert done.returncode == 0 and plan["fits"], (plan["advice"], plan["devices"])
     assert budget["source"] == "auto" and budget["max_tokens_per_forward"] == budget["largest_that_fits"]
     whole = 32 * 8 * (512 + 512)
     assert 1024 <= budget["max_tokens_per_forward"] < whole  # it had to split
     trainer = plan["processes"][0]
     assert "hf engine: KV cache" in json.dumps(trainer["resident"])  # generation beside the learner
     more = budget["max_tokens_per_forward"] + 64
-    done = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cpu", "--memory", "6GiB",
+    done = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cpu", "--memory", "10GiB",
                            "--json", *common, "--set", f"learner.max_tokens_per_forward={more}"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and not json.loads(done.stdout)["fits"]

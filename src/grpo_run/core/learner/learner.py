@@ -33,6 +33,7 @@ from contextlib import nullcontext
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from grpo_run.core.errors import UserError
@@ -107,6 +108,7 @@ class Learner:
         self.budget_line = budgets.line if AUTO in (spec.forward_tokens, spec.logprob_forward_tokens) else None
         """How an automatic budget was chosen."""
         self._planned_resident = budgets.resident
+        self._planned_peak = 0.0
         # The intra-op threads of the building thread (``train.num_threads``), re-applied in
         # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
         self.num_threads = torch.get_num_threads()
@@ -149,6 +151,7 @@ class Learner:
         micro = [pieces.split(i, b, self.forward_tokens) for i, b in enumerate(mini_batches)]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
+        first_step = not self.optimizer.state  # its state is made by this step's first update
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
         old = [self._logprobs(self.policy, i, b, pieces) if recompute_old else None for i, b in enumerate(mini_batches)]
         refs = [self._logprobs(self.reference, i, b, pieces) if self._use_kl else None for i, b in enumerate(mini_batches)]
@@ -184,9 +187,14 @@ class Learner:
             largest = max((p.batch.num_real_tokens for parts in micro for p in parts if p.rows), default=0)
             passes = recompute_old or self._use_kl
             lp_tokens = min(max(b.num_real_tokens for b in mini_batches), self.logprob_forward_tokens or 2**62)
-            planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0,
-                                                 micro_batches=max(len(parts) for parts in micro))
-            out["perf/planned_memory_gib"] = planned / 2**30
+            plan = self.spec.budget_plan
+            resident = self._planned_resident - (plan.optimizer_state if first_step else 0.0)  # made by this step
+            planned = max(plan.peak(resident, largest, lp_tokens if passes else 0,
+                                    micro_batches=max(len(parts) for parts in micro)),
+                          self._planned_resident + plan.other_peak)
+            # Beside the high-water mark, which only grows: the plan's peak of every step so far.
+            self._planned_peak = max(self._planned_peak, planned)
+            out["perf/planned_memory_gib"] = self._planned_peak / 2**30
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
         rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}
         return self.strategy.combine_metrics(out, rank_totals)
@@ -376,6 +384,10 @@ def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
     (``strategy`` for a data-parallel rank)."""
     model = spec.model
+    strategy = kwargs.get("strategy")
+    if strategy is not None:  # fsdp2 loads on the CPU and moves one unit at a time as it shards
+        model = attrs.evolve(model, device=strategy.load_device(model.device))
+        spec = attrs.evolve(spec, model=model)
     if model.lora is not None:
         policy, reference = _lora_policy(spec)
     else:

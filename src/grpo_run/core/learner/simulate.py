@@ -38,6 +38,7 @@ from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
 from grpo_run.core.learner import logprobs
 from grpo_run.core.compat import enable_activation_checkpointing, torch_varlen_attention
 from grpo_run.core.config.processes import LearnerSection
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.fsdp2 import FSDP2Strategy
@@ -89,8 +90,7 @@ def simulate_step(
             policy = wrap_policy(policy, spec.model.lora)
             reference = AdapterDisabledView(policy) if spec.uses_reference else None
         elif spec.uses_reference:
-            reference = learner_model(config, spec, checkpointing=False)
-            reference.eval().requires_grad_(False)
+            reference = _SimulatedReference(spec, config)
         kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
         trainer = Learner(spec, policy, reference, spec.loss.build(), kl, strategy=strategy)
         if device == "cuda":
@@ -105,6 +105,17 @@ def simulate_step(
             peak=fake.counter.peak, steady=fake.counter.live, micro_batches=metrics.get("perf/micro_batches", 0.0),
             seconds=time.perf_counter() - start, rank=f"0 of {world}, sharded" if world > 1 else "one process",
         )
+
+
+@attrs.frozen
+class _SimulatedReference(ReferenceLoader):
+    """The reference built from the model's config (no weights), in its dtype, where the strategy loads it."""
+
+    config: Any = None
+
+    def load(self, device: str | None = None) -> torch.nn.Module:
+        spec = attrs.evolve(self.spec, model=attrs.evolve(self.spec.model, dtype=self.spec.reference_dtype))
+        return learner_model(self.config, spec, checkpointing=False).eval().requires_grad_(False)
 
 
 def sharded(learner: LearnerSection) -> bool:

@@ -134,7 +134,8 @@ def budget_plan(plan: RunPlan, load: LearnerLoad, whole: int, limit: float | Non
                       other_peak=other, first_gradients=states.first_gradients,
                       limit=limit * 2**30 if limit is not None else None,
                       gathered=sum(p.bytes for p in states.gathered), gathered_no_grad=states.gathered_no_grad,
-                      ranks=1 + len(peers))
+                      ranks=1 + len(peers),
+                      optimizer_state=sum(p.bytes for p in learner.resident if p.name in ("optimizer state", "master weights")))
 
 
 def _capacity(device: str) -> float:

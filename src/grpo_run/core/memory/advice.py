@@ -125,7 +125,10 @@ def _fit(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, combo:
 def _trial(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, combo: Sequence[Lever],
            chosen: Sequence[int], full: bool = False) -> RunPlan | None:
     overrides = [o for lever, i in zip(combo, chosen) for o in lever.settings[i]]
-    variant = apply_overrides(cfg, overrides)
+    try:
+        variant = apply_overrides(cfg, overrides)
+    except (ValueError, TypeError, KeyError):  # a combination the config's own rules refuse
+        return None
     gpus = max([inputs.gpus, *(lever.more_gpus for lever in combo)])
     trial_inputs = attrs.evolve(inputs, gpus=gpus, costs=_costs_of(cfg, variant, inputs))
     plan = plan_run(variant, registry, trial_inputs, quick=not full)
@@ -158,8 +161,7 @@ def levers(cfg: RunConfig, inputs: PlanInputs, plan: RunPlan) -> list[Lever]:
     if isinstance(batch, int) and batch > 8:
         sizes = [b for b in (128, 64, 32, 16, 8) if b < batch]
         out.append(Lever("a smaller engine batch", tuple((f"engine.max_batch_size={b}",) for b in sizes)))
-    if cfg.kl.beta > 0 and cfg.kl.reference != "none" and m.lora is None and hasattr(cfg.kl, "reference_dtype") \
-            and getattr(cfg.kl, "reference_dtype") not in ("bfloat16", "float16") and cuda and _ref_bytes(cfg) > 2:
+    if cuda and reference_bytes(cfg, "cuda") > 2:
         out.append(Lever("a bfloat16 reference policy", (('kl.reference_dtype="bfloat16"',),)))
     if cuda and m.dtype == "float32" and m.lora is None:
         out.append(Lever("bfloat16 weights", (('model.dtype="bfloat16"', 'model.autocast="none"'),)))
@@ -169,10 +171,6 @@ def levers(cfg: RunConfig, inputs: PlanInputs, plan: RunPlan) -> list[Lever]:
     if cfg.kl.beta > 0 and cfg.kl.reference != "none" and m.lora is None:
         out.append(Lever("no reference policy (no KL penalty)", (("kl.beta=0.0",),)))
     return out
-
-
-def _ref_bytes(cfg: RunConfig) -> int:
-    return reference_bytes(cfg, "cuda")
 
 
 def _placement_levers(cfg: RunConfig, inputs: PlanInputs) -> list[Lever]:
@@ -203,33 +201,41 @@ def _placement_levers(cfg: RunConfig, inputs: PlanInputs) -> list[Lever]:
 
 
 def apply_overrides(cfg: RunConfig, overrides: Sequence[str]) -> RunConfig:
-    """``cfg`` with ``KEY=VALUE`` overrides (TOML values) set on its sections and plugin configs."""
+    """``cfg`` with ``KEY=VALUE`` overrides (TOML values) set on its sections and plugin configs,
+    the keys of one table together (so that fields checked against each other change at once)."""
+    tree: dict[str, Any] = {}
     for override in overrides:
         key, _, text = override.partition("=")
-        value = tomllib.loads(f"v = {text}")["v"]
-        cfg = _with(cfg, key.split("."), value)
-    return cfg
+        *parents, leaf = key.split(".")
+        node = tree
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = tomllib.loads(f"v = {text}")["v"]
+    return _with(cfg, tree)
 
 
 _NEW_TABLES = {"lora": LoraSection}
 
 
-def _with(obj: Any, path: list[str], value: Any) -> Any:
-    name = path[0]
+def _with(obj: Any, changes: dict[str, Any]) -> Any:
     fields = attrs.fields_dict(type(obj)) if attrs.has(type(obj)) else {}
-    if name in fields:
-        if len(path) == 1:
+    mine: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    for name, value in changes.items():
+        if name not in fields:
+            theirs[name] = value
+        elif isinstance(value, dict):
+            child = getattr(obj, name)
+            mine[name] = _with(child if child is not None else _NEW_TABLES[name](), value)
+        else:
             current = getattr(obj, name)
-            value = tuple(value) if isinstance(current, tuple) and isinstance(value, list) else value
-            return attrs.evolve(obj, **{name: value})
-        child = getattr(obj, name)
-        if child is None:
-            child = _NEW_TABLES[name]()
-        return attrs.evolve(obj, **{name: _with(child, path[1:], value)})
-    config = getattr(obj, "config", None)
-    if config is not None and attrs.has(type(config)):
-        return attrs.evolve(obj, config=_with(config, path, value))
-    raise KeyError(".".join(path))
+            mine[name] = tuple(value) if isinstance(current, tuple) and isinstance(value, list) else value
+    if theirs:  # a plugin slot's own options
+        config = getattr(obj, "config", None)
+        if config is None or not attrs.has(type(config)):
+            raise KeyError(".".join(theirs))
+        mine["config"] = _with(config, theirs)
+    return attrs.evolve(obj, **mine)
 
 
 def _fullest(plan: RunPlan) -> str:

@@ -52,6 +52,8 @@ class BudgetPlan:
     gathered_no_grad: float = 0.0
     ranks: int = 1
     """Learner processes on this device, each with a micro-batch at the same time (CPU ranks)."""
+    optimizer_state: float = 0.0
+    """Of ``resident``, the optimizer state, which the first update makes."""
 
     def peak(self, resident: float, train_tokens: int, logprob_tokens: int, micro_batches: int = 2) -> float:
         """The plan's peak with micro-batches of ``train_tokens`` (``micro_batches`` per

@@ -140,11 +140,7 @@ def reference_bytes(cfg: RunConfig, device: str) -> int:
     """Bytes per parameter of the reference policy (0: none, or LoRA's adapter-disabled view)."""
     if cfg.kl.beta <= 0 or cfg.kl.reference == "none" or cfg.model.lora is not None:
         return 0
-    setting = getattr(cfg.kl, "reference_dtype", "auto")
-    if setting == "auto":
-        compute = cfg.model.autocast if cfg.model.autocast != "none" else cfg.model.dtype
-        setting = compute if device == "cuda" and cfg.kl.reference == "frozen" else cfg.model.dtype
-    return DTYPE_BYTES[setting]
+    return DTYPE_BYTES[cfg.kl.reference_dtype_for(cfg.model.dtype, cfg.model.autocast, device)]
 
 
 def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:

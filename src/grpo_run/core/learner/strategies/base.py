@@ -49,6 +49,10 @@ class Strategy:
     rank = 0
     world_size = 1
 
+    def load_device(self, device: str) -> str:
+        """Where the policy is loaded before :meth:`setup` (the run's device; fsdp2: the CPU)."""
+        return device
+
     def setup(self, policy: torch.nn.Module, optim: OptimSection, max_grad_norm: float) -> torch.optim.Optimizer:
         """Wrap ``policy`` for training and return the optimizer whose ``param_groups`` the LR
         schedule drives."""

@@ -71,6 +71,11 @@ class FSDP2Strategy(DataParallel):
                 fully_shard(module, **kwargs)
         fully_shard(model, **kwargs, **root)
 
+    def load_device(self, device: str) -> str:
+        # On the CPU first, like the reference: fully_shard moves each unit's parameters to the
+        # device as it shards them, so no rank holds the whole policy on its device.
+        return "cpu"
+
     def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
         # On the CPU first: fully_shard moves each unit's parameters to the mesh's device as it
         # shards them, so the device never holds more than one whole unit of the reference.
