@@ -326,6 +326,17 @@ class ScoringSection:
     plain data, and only the verifiers that score every row (``all_rows``: plain reward functions,
     ``format``, ...) give rewards. ``grpo_run.train(reward_funcs=...)`` sets it to false when the
     config enables no verifier of its own."""
+    correctness_verifiers: Literal["auto", "reward"] | tuple[str, ...] = "auto"
+    """Which verifiers decide whether a completion is *solved*: ``eval/accuracy``,
+    ``reward/solve_rate``, the ``active`` sampler's pass rate and ``train.stop_at_eval_accuracy``
+    count those. ``"auto"``: the verifiers that check an answer, i.e. those a row names (not the
+    ones that score every row, such as ``format``, ``length`` or a reward model): solved when
+    each of them that scored the row reached the top of its score range (a format reward beside
+    ``math`` then leaves accuracy as ``math`` says); rows no such verifier scores (only
+    ``all_rows`` ones, as with plain reward functions) are solved when their whole reward
+    reaches its maximum. ``"reward"``: the whole reward reaches the most the row can score. A
+    list of verifier names (e.g. ``["math"]``): each of those that scored the row reached its
+    top; a row none of them scores is never solved."""
 
 
 @attrs.frozen
