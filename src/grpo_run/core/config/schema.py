@@ -131,6 +131,17 @@ class RolloutSection:
     """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
 
 
+def _number_in_text(value: Any) -> Any:
+    """``"1024"`` -> ``1024.0`` (Open Instruct writes a constant denominator as text); numbers and
+    ``"token"`` as they are."""
+    if isinstance(value, str) and value != "token":
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"expected 'token' or a number (as text too: \"1024\"), got string {value!r}") from None
+    return value
+
+
 MismatchCorrection = Literal["none", "token-truncate", "token-mask", "sequence-truncate", "sequence-mask"]
 
 
@@ -158,8 +169,9 @@ class AlgorithmSection:
     """How per-token losses become one number, for every loss: ``token-mean`` (every loss token of
     the rollout batch weighs the same), ``seq-mean-token-mean`` (mean per sequence, then over
     sequences), ``seq-mean-token-sum`` (sum per sequence, mean over sequences)."""
-    loss_denominator: Literal["token"] | float = "token"
-    """``"token"``: divide by the token count the aggregation mode implies; a positive number C:
+    loss_denominator: Literal["token"] | float | str = attrs.field(default="token", converter=_number_in_text)
+    """``"token"``: divide by the token count the aggregation mode implies; a positive number C
+    (also written as text, Open Instruct's ``"1024"``):
     divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
     each sequence's sum / C, mean over sequences). Like the token count it replaces, C covers the
     whole rollout batch: every mini-batch and rank. Not with ``seq-mean-token-sum``."""
@@ -215,7 +227,9 @@ class TrainSection:
     total_steps: int = attrs.field(default=100, validator=positive)
     """Learner steps (rollout batches) to train for."""
     local_eval_every: int = attrs.field(default=10, validator=non_negative)
-    """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
+    """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never.
+    A config without eval rows (no ``[[data.eval]]``, no ``[task]``) runs without evaluations at
+    the default; another value there is an error."""
     max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
     """Seconds the training loop may run, evaluations included (counted from the first
     evaluation; loading the model is not); 0 = no limit. When it runs out, generation and

@@ -23,8 +23,8 @@ def _stage(value: object) -> object:
 
 OPEN_INSTRUCT: dict[str, Peer] = {
     # batch and length
-    "total_episodes": key("train.total_steps",
-                          ", a number of steps: episodes / (num_unique_prompts_rollout x num_samples_per_prompt_rollout)"),
+    "total_episodes": says("train.total_steps",
+                           ", a number of steps: episodes / (num_unique_prompts_rollout x num_samples_per_prompt_rollout)"),
     "num_training_steps": key("train.total_steps"),
     "max_train_steps": key("train.total_steps"),
     "max_token_length": no("prompt and completion are bounded apart: data.max_prompt_token_length, rollout.response_length"),
@@ -58,7 +58,7 @@ OPEN_INSTRUCT: dict[str, Peer] = {
     "no_resampling_pass_rate": key("sampler.no_resampling_pass_rate", also={"sampler.name": "active"}),
     # rewards
     "apply_verifiable_reward": says("a [verifiers.<name>] table per verifier the rows name (math, ifeval, code, judge)"),
-    "remap_verifier": key("data.train.verifier", ": the verifier of a whole source"),
+    "remap_verifier": says("data.train.verifier", ": the verifier of a whole source"),
     "reward_aggregator": key("environment.reward_combination"),
     "apply_r1_style_format_reward": key(
         "verifiers.format", ": a [verifiers.format] table, added to every row (Open Instruct's "
@@ -124,10 +124,10 @@ OPEN_INSTRUCT: dict[str, Peer] = {
     "use_fp8_kv_cache": no("the KV cache is in the engine's dtype"),
     "mask_tool_use": key("environment.train_on_env_tokens", ", the other way round", convert=inverted),
     "tools": says("a [tools.<name>] table per tool, offered by [environment] name = \"tools\""),
-    "max_tool_calls": key("environment.max_turns", ", assistant turns rather than calls"),
+    "max_tool_calls": says("environment.max_turns", ", assistant turns rather than calls"),
     # placement
     "single_gpu_mode": no("one learner beside an engine on one device is the default layout"),
-    "num_learners_per_node": key("learner.num_learners",
+    "num_learners_per_node": says("learner.num_learners",
                                  ": the total (the list's sum); one per node: a custom Ray resource per node, "
                                  "distributed.learner_resources (docs/scale-out.md)"),
     "num_nodes": no("Ray places the actors on the cluster's nodes as their resources ask (docs/scale-out.md)"),
@@ -152,8 +152,8 @@ OPEN_INSTRUCT: dict[str, Peer] = {
     "wandb_project_name": key("trackers.wandb.project"),
     "wandb_project": key("trackers.wandb.project"),
     "wandb_entity": key("trackers.wandb.entity"),
-    "wandb_group_name": key("trackers.wandb.tags", ", a list of tags"),
-    "hf_entity": key("checkpoint.push_to_hub.repo_id", ', as "<entity>/<name>"'),
+    "wandb_group_name": key("trackers.wandb.tags", ", a list of tags", convert=lambda v: [v]),
+    "hf_entity": says("checkpoint.push_to_hub.repo_id", ', as "<entity>/<name>"'),
     "hf_repo_id": key("checkpoint.push_to_hub.repo_id"),
     "hf_repo_revision": no("each pushed checkpoint is a commit on the repository's main branch"),
     "hf_repo_url": no("the repository follows from checkpoint.push_to_hub.repo_id"),
@@ -166,11 +166,11 @@ OPEN_INSTRUCT: dict[str, Peer] = {
     "checkpointing_steps": key("checkpoint.save_freq"),
     "gs_checkpoint_state_dir": no("no cloud-storage upload (checkpoint.push_to_hub uploads to the Hugging Face Hub)"),
     "gs_bucket_path": no("no cloud-storage upload (checkpoint.push_to_hub uploads to the Hugging Face Hub)"),
-    "eval_on_step_0": key("train.local_eval_every", ": every run with evaluations evaluates before its first step"),
+    "eval_on_step_0": says("train.local_eval_every", ": every run with evaluations evaluates before its first step"),
     "eval_pass_at_k": key("eval.num_samples"),
     "eval_top_p": no("evaluations are greedy, and pass@k samples at eval.temperature"),
     "model_dtype": key("model.dtype"),
-    "use_flash_attn": key("model.attn_implementation", ': "sdpa" (PyTorch\'s fused kernels) or "eager"'),
+    "use_flash_attn": says("model.attn_implementation", ': "sdpa" (PyTorch\'s fused kernels) or "eager"'),
     "try_launch_beaker_eval_jobs_on_weka": no(_BEAKER),
     "try_auto_save_to_beaker": no(_BEAKER),
     "oe_eval_tasks": no(_BEAKER),

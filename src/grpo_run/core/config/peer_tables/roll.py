@@ -24,8 +24,11 @@ def _group_statistic(value: object, what: str) -> object:
     """ROLL's normalisation statistics: per group, or none."""
     if value == "group":
         return "standard" if what == "norm_std_type" else OMIT
+    if value is None and what == "norm_std_type":
+        return "centered"
     if value is None:
-        return "centered" if what == "norm_std_type" else OMIT
+        raise NoEquivalentValue("norm_mean_type none leaves the reward uncentred; grpo-run always subtracts the "
+                                "group's mean")
     raise NoEquivalentValue(f"{what} {value!r} has no equivalent: advantages are normalised per group")
 
 
@@ -38,12 +41,12 @@ ROLL: dict[str, Peer] = {
     "val_prompt_length": no("evaluations use data.max_prompt_token_length"),
     "val_sequence_length": no("evaluations use data.max_prompt_token_length and rollout.response_length"),
     "pretrain": key("model.name_or_path"),
-    "reward_pretrain": key("verifiers.reward_model.model", " (a reward model; the rule-based rewards need no model)"),
+    "reward_pretrain": says("verifiers.reward_model.model", " for a reward model (ROLL's rule-based rewards use it as a tokenizer only)"),
     "value_clip": no("GRPO has no critic, so no value clipping"),
     "reward_clip": no("rewards are not clipped: each verifier declares its score range"),
     "advantage_clip": no("advantages are not clipped"),
-    "dual_clip_loss": key("loss.delta", ': the dual clip of loss "dapo", "grpo" or "dr_grpo" is on when delta is set '
-                          "(e.g. 3.0)", convert=lambda v: 3.0 if truthy(v) else OMIT),
+    "dual_clip_loss": key("loss.delta", ': the dual clip of loss "dapo", "grpo" or "dr_grpo" (ROLL\'s is at '
+                          "1 + 2 x pg_clip)"),
     "norm_mean_type": key("algorithm.advantage_normalization_type",
                           ': group mean and std is "standard", group mean alone "centered"; batch and running '
                           "statistics have no equivalent", convert=lambda v: _group_statistic(v, "norm_mean_type")),
@@ -80,7 +83,7 @@ ROLL: dict[str, Peer] = {
     "enable_reference": key("kl.reference", ' = "none" when false', convert=lambda v: "frozen" if truthy(v) else "none"),
     "enable_old_logprobs_recompute": key("algorithm.use_engine_logprobs_as_old", ", the other way round",
                                          convert=inverted),
-    "async_generation_ratio": key("rollout.async_steps", ", whole batches generated ahead rather than a fraction"),
+    "async_generation_ratio": says("rollout.async_steps", ", whole batches generated ahead rather than a fraction"),
     "use_additional_prompts": key("sampler.name", ' = "active" (it refills the batch with groups that have a '
                                   "reward spread)", convert=lambda v: "active" if truthy(v) else OMIT),
     "is_use_additional_prompts": key("sampler.name", ' = "active"', convert=lambda v: "active" if truthy(v) else OMIT),
@@ -106,7 +109,7 @@ ROLL: dict[str, Peer] = {
     "profiler_memory": no("grpo-run plan estimates the memory beforehand (docs/memory.md)"),
     "rewards": says("a [verifiers.<name>] table per reward (math_rule -> math, ifeval -> ifeval, code_sandbox -> "
                     "code, llm_judge -> judge, a reward model -> reward_model)"),
-    "reward_model": key("verifiers.reward_model", ": a [verifiers.reward_model] table"),
+    "reward_model": says("a [verifiers.reward_model] table"),
     "reference": table("ROLL's reference worker"),
     "actor_train": table("ROLL's training worker"),
     "actor_infer": table("ROLL's generation worker"),
@@ -128,14 +131,14 @@ ROLL: dict[str, Peer] = {
     "disable_gradient_checkpointing": key("model.gradient_checkpointing", ", the other way round", convert=inverted),
     "actor_infer.model_args.disable_gradient_checkpointing": no("generation computes no gradients"),
     "model_args.model_type": no("the model's type comes from its config"),
-    "model_args.flash_attn": key("model.attn_implementation", ': "sdpa" (PyTorch\'s fused kernels) or "eager"'),
+    "model_args.flash_attn": says("model.attn_implementation", ': "sdpa" (PyTorch\'s fused kernels) or "eager"'),
     "model_args.ulysses_size": no("no sequence parallelism: a sequence is computed on one learner"),
     "model_args.device_map": no("the learner's device is model.device"),
     "reference.model_args": no(_REFERENCE),
     "reference.strategy_args": no(_REFERENCE + ", sharded as the learner is"),
     "reference.data_args": no("the reference scores the training batch"),
     "reference.device_mapping": no(_REFERENCE),
-    "reference.infer_batch_size": key("learner.max_tokens_per_logprob_forward", ", a token budget rather than a count"),
+    "reference.infer_batch_size": says("learner.max_tokens_per_logprob_forward", ", a token budget rather than a count"),
     "data_args.template": key("data.apply_chat_template", ': "native" is the tokenizer\'s own chat template (true); '
                               "named templates have no equivalent",
                               convert=mapped({"native": True}, "template")),
@@ -149,9 +152,9 @@ ROLL: dict[str, Peer] = {
     "data_args.tag": key("data.train.verifier_key", ": the column naming each row's verifier"),
     "data_args.domain_interleave_probs": key("sampler.weights", " (sampler \"mixture\": a weight per source)",
                                              also={"sampler.name": "mixture"}),
-    "data_args.interleave_probs": key("data.train.weight"),
+    "data_args.interleave_probs": says("data.train.weight", ", one per source"),
     "data_args.dataset_dir": no("source paths are relative to the working directory"),
-    "data_args.dataset_type": key("data.train.format"),
+    "data_args.dataset_type": says("data.train.format", " (a file format: jsonl, json, parquet, csv)"),
     "actor_infer.data_args": no("generation uses the training rows"),
     "generating_args.temperature": key("rollout.temperature"),
     "generating_args.top_p": key("rollout.top_p"),
@@ -194,12 +197,12 @@ ROLL: dict[str, Peer] = {
     "mem_fraction_static": no("no SGLang engine (engine.gpu_memory_utilization is vLLM's share)"),
     "device_mapping": no(_PLACEMENT),
     "num_gpus_per_worker": key("engine.tensor_parallel_size", ": GPUs per engine", also={"engine.name": "vllm"}),
-    "actor_train.infer_batch_size": key("learner.max_tokens_per_logprob_forward", ", a token budget rather than a count"),
+    "actor_train.infer_batch_size": says("learner.max_tokens_per_logprob_forward", ", a token budget rather than a count"),
     "actor_infer.infer_batch_size": no("the engine batches a whole rollout's requests"),
     "infer_batch_size": no("passes are sized by tokens (learner.max_tokens_per_logprob_forward), and the engine "
                            "batches a whole rollout's requests"),
     "worker_cls": no("components are plugins found through entry points, or named as module:Class"),
-    "use_dynamic_batching_in_train": key("learner.max_tokens_per_forward", ": micro-batches are always sized by tokens"),
+    "use_dynamic_batching_in_train": says("learner.max_tokens_per_forward", ": micro-batches are always sized by tokens"),
     "max_tokens_per_microbatch_in_train": key("learner.max_tokens_per_forward"),
-    "use_sequence_packing": key("algorithm.pack_length", ": sequences are always packed, into rows of pack_length tokens"),
+    "use_sequence_packing": says("algorithm.pack_length", ": sequences are always packed, into rows of pack_length tokens"),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_run.core.config.peer_tables.entry import Peer, enables, key, mapped, no, says
+from grpo_run.core.config.peer_tables.entry import OMIT, Peer, enables, key, mapped, no, says, truthy
 
 _SCHEDULERS = {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -18,7 +18,7 @@ _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float
 TRAINING_ARGUMENTS: dict[str, Peer] = {
     "learning_rate": key("optim.lr"),
     "lr_scheduler_type": key("optim.lr_scheduler", convert=mapped(_SCHEDULERS, "lr_scheduler_type")),
-    "warmup_ratio": key("optim.warmup_steps", ", a number of steps: warmup_ratio x train.total_steps"),
+    "warmup_ratio": says("optim.warmup_steps", ", a number of steps: warmup_ratio x train.total_steps"),
     "adam_beta1": key("optim.betas", ", the first of the two"),
     "adam_beta2": key("optim.betas", ", the second of the two"),
     "adam_epsilon": key("optim.eps"),
@@ -27,22 +27,25 @@ TRAINING_ARGUMENTS: dict[str, Peer] = {
         "splits a mini-batch into micro-batches by tokens (learner.max_tokens_per_forward), and a step's "
         "batch is rollout.num_unique_prompts_rollout prompts x rollout.num_samples_per_prompt_rollout samples"),
     "per_device_eval_batch_size": no("an evaluation generates every eval prompt in one engine call"),
-    "gradient_accumulation_steps": key(
+    "gradient_accumulation_steps": says(
         "algorithm.num_mini_batches",
         ", the other way round: a rollout batch is one step, split into that many optimizer steps"),
-    "num_train_epochs": key("train.total_steps", ", a number of steps: epochs x rows / rollout.num_unique_prompts_rollout"),
+    "num_train_epochs": says("train.total_steps", ", a number of steps: epochs x rows / rollout.num_unique_prompts_rollout"),
     "max_steps": key("train.total_steps"),
     "save_steps": key("checkpoint.save_freq"),
-    "save_strategy": key("checkpoint.save_freq", ', a number of steps ("no": 0, only the final checkpoint)'),
+    "save_strategy": key("checkpoint.save_freq", ', a number of steps ("no": 0, only the final checkpoint)',
+                         convert=lambda v: 0 if v == "no" else OMIT),
     "save_total_limit": key("checkpoint.keep_last_n"),
     "eval_steps": key("train.local_eval_every"),
-    "eval_strategy": key("train.local_eval_every", ', a number of steps ("no": 0)'),
+    "eval_strategy": key("train.local_eval_every", ', a number of steps ("no": 0)',
+                         convert=lambda v: 0 if v == "no" else OMIT),
     "logging_steps": no("every step's metrics go to metrics.jsonl"),
     "logging_dir": no("logs go to the run directory (log.jsonl, metrics.jsonl)"),
     "report_to": says("a [trackers.<name>] table per tracker (wandb, tensorboard, mlflow)"),
     "run_name": key("run.name"),
-    "bf16": key("model.autocast", ' = "bfloat16" for fp32 master weights, or model.dtype = "bfloat16" for pure bf16'),
-    "fp16": key("model.dtype", ' = "float16"'),
+    "bf16": key("model.autocast", ' = "bfloat16" for fp32 master weights, or model.dtype = "bfloat16" for pure bf16',
+                convert=lambda v: "bfloat16" if truthy(v) else OMIT),
+    "fp16": key("model.dtype", ' = "float16"', convert=lambda v: "float16" if truthy(v) else OMIT),
     "tf32": no("torch's matmul precision is left as it is"),
     "torch_dtype": key("model.dtype", convert=mapped(_DTYPES, "dtype")),
     "dataloader_num_workers": no("rows are read once, at start; there are no loader workers"),
