@@ -65,7 +65,8 @@ def test_the_roll_seed_configuration_imports_and_runs(tmp_path, capsys) -> None:
     assert cfg["optim"] == {"lr": 1e-06, "weight_decay": 0, "warmup_steps": 20}
     assert cfg["data"]["train"] == [{"path": "xxx/train.json", "prompt_key": "instruction", "verifier": "math"}]
     # 64 x 8 samples over a global batch of 1 x 32 x 16 ranks: one optimizer step per rollout.
-    assert "num_mini_batches = 1  # 512 samples / (1 per device x 32 accumulated x 16 ranks)" in text
+    assert ("num_mini_batches = 1  # 512 samples / (actor_train.training_args.per_device_train_batch_size: 1 x "
+            "actor_train.training_args.gradient_accumulation_steps: 32 x 16 ranks)") in text
     assert cfg["engine"] == {"name": "vllm", "gpu_memory_utilization": 0.6, "max_model_len": 8000,
                              "tensor_parallel_size": 1}
     assert cfg["algorithm"]["loss_aggregation"] == "seq-mean-token-mean" and cfg["loss"]["clip_higher"] == 0.2
@@ -145,3 +146,55 @@ def test_an_existing_output_is_kept_unless_forced(tmp_path, capsys) -> None:
     assert main(["import", str(ROLL_YAML), "--output", str(out)]) == 2
     assert "exists; choose another --output or add --force" in capsys.readouterr().err and out.read_text() == "mine"
     assert main(["import", str(ROLL_YAML), "--output", str(out), "--force"]) == 0
+
+
+OPEN_INSTRUCT_VALUES = {  # a value of the right kind for each key the seeds name (flags: no value)
+    "dataset_mixer_list": "ai2-adapt-dev/rlvr_gsm8k_zs 1.0", "dataset_mixer_eval_list": "ai2-adapt-dev/rlvr_gsm8k_zs 8",
+    "dataset_transform_fn": "rlvr_tokenize_v1", "stop_strings": "</answer>", "kl_estimator": "kl3", "loss_fn": "dapo",
+    "lr_scheduler_type": "linear", "advantage_normalization_type": "standard", "loss_denominator": "1024",
+    "output_dir": "out", "wandb_project_name": "p", "wandb_entity": "e", "hf_repo_id": "me/r", "gs_bucket_path": "gs://b",
+    "checkpoint_state_dir": "ckpt", "temperature": "0.7", "learning_rate": "1e-6", "beta": "0.01", "clip_lower": "0.2",
+    "clip_higher": "0.28", "alpha": "0.6", "weight_decay": "0.0", "max_grad_norm": "1.0", "verification_reward": "10.0",
+    "r1_style_format_reward": "1.0", "no_resampling_pass_rate": "0.9", "truncated_importance_sampling_ratio_cap": "2.0",
+    "max_possible_score": "11.0", "push_to_hub": "true",
+}
+
+
+def test_every_open_instruct_key_the_seeds_name_lands_somewhere_said(tmp_path, capsys) -> None:
+    """Moved (a key's comment names it), left out or to do by hand: none silently dropped."""
+    from support.seed_configs import OPEN_INSTRUCT_KEYS
+
+    words = [f"--{key} {OPEN_INSTRUCT_VALUES.get(key, '' if key in FLAGS else '2')}".rstrip()
+             for key in OPEN_INSTRUCT_KEYS]
+    script = tmp_path / "all.sh"
+    script.write_text("python open_instruct/grpo_fast.py " + " ".join(words) + "\n")
+    text, _ = imported(tmp_path, capsys, script)
+    unsaid = [key for key in OPEN_INSTRUCT_KEYS if f"--{key}" not in text]
+    assert unsaid == [], unsaid
+
+
+FLAGS = {"active_sampling", "filter_zero_std_samples", "mask_truncated_completions", "mask_tool_use", "inflight_updates",
+         "apply_verifiable_reward", "apply_r1_style_format_reward", "save_traces", "fused_optimizer",
+         "deepspeed_offload_param", "deepspeed_offload_optimizer", "gather_whole_model", "with_tracking", "verbose",
+         "single_gpu_mode", "enable_queue_dashboard", "use_vllm_logprobs", "load_ref_policy", "non_stop_penalty",
+         "gradient_checkpointing", "record_entropy", "try_launch_beaker_eval_jobs_on_weka"}
+
+
+def test_every_roll_key_path_the_guide_names_lands_somewhere_said(tmp_path, capsys) -> None:
+    import yaml
+    from support.seed_configs import ROLL_KEYS
+
+    data: dict = {}
+    for path in ROLL_KEYS:
+        node = data
+        *heads, last = path.split(".")
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[last] = {"dtype": "bf16"} if last in ("model_args", "strategy_args") else (
+            "megatron_train" if last == "strategy_name" else "native" if last == "template" else
+            "bf16" if last in ("dtype", "param_dtype") else "full" if last == "recompute_granularity" else 1)
+    source = tmp_path / "rlvr_config.yaml"
+    source.write_text(yaml.safe_dump(data))
+    text, _ = imported(tmp_path, capsys, source)
+    unsaid = [path for path in ROLL_KEYS if f"{path}:" not in text]
+    assert unsaid == [], unsaid

@@ -25,8 +25,10 @@ def finish_common(t: Translation) -> None:
     prompt = t.get("data.max_prompt_token_length", 256)
     response = t.get("rollout.response_length", 32)
     if t.get("algorithm.pack_length", 512) < prompt + response:
+        given = t.settings.pop("algorithm.pack_length", None)
         t.set("algorithm.pack_length", prompt + response,
-              "needed: a packed row holds at least data.max_prompt_token_length + rollout.response_length")
+              (f"{given.origin}, raised: " if given else "needed: ") +
+              "a packed row holds at least data.max_prompt_token_length + rollout.response_length")
     _a_verifier_for_the_rows(t)
     if not t.has("model.name_or_path"):
         t.by_hand.append(("model", f"{t.label}'s source names no model: set model.name_or_path (grpo-run's default "

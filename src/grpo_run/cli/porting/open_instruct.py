@@ -198,8 +198,8 @@ def _tracking_and_hub(t: Translation, values: dict[str, Any]) -> None:
     entity = values.get("hf_entity")
     if truthy(values.get("push_to_hub", False)) and name:
         repo = name if "/" in str(name) or not entity else f"{entity}/{name}"
-        t.set("checkpoint.push_to_hub.repo_id", repo, f"--hf_entity {entity} --hf_repo_id {name}" if entity
-              else f"--hf_repo_id {name}")
+        t.set("checkpoint.push_to_hub.repo_id", repo, f"--push_to_hub --hf_entity {entity} --hf_repo_id {name}"
+              if entity else f"--push_to_hub --hf_repo_id {name}")
     elif truthy(values.get("push_to_hub", False)):
         t.by_hand.append(("--push_to_hub", "add [checkpoint.push_to_hub] repo_id = \"<user>/<name>\" (Open Instruct "
                                            "builds a name from your Hub account)"))

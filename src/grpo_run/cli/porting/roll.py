@@ -135,8 +135,8 @@ def _mini_batches(t: Translation) -> None:
     samples = t.get("rollout.num_unique_prompts_rollout", 128) * t.get("rollout.num_samples_per_prompt_rollout", 8)
     ranks = (devices or 1) // parallel
     batch = int(per.value if per else 1) * int(accumulate.value if accumulate else 1) * max(1, ranks)
-    arithmetic = (f"{samples} samples / ({per.value if per else 1} per device x "
-                  f"{accumulate.value if accumulate else 1} accumulated x {ranks} ranks)")
+    arithmetic = (f"{samples} samples / ({per.origin if per else 'per_device_train_batch_size 1'} x "
+                  f"{accumulate.origin if accumulate else 'gradient_accumulation_steps 1'} x {ranks} ranks)")
     if batch and samples % batch == 0:
         t.set("algorithm.num_mini_batches", samples // batch, f"{arithmetic} (ROLL's global train batch)")
     else:

@@ -78,6 +78,13 @@ class Translation:
             target, field = self.settings, path
         if keep and field in target:
             return
+        replaced = target.get(field)
+        if replaced is not None and replaced.origin != origin:
+            if replaced.value == value:  # two of the source's settings say the same
+                origin = f"{replaced.origin}; {origin}"
+            else:
+                self.by_hand.append((replaced.origin, f"{path} is {toml_value(value)} from {origin} instead: check "
+                                                      "which the source meant"))
         target[field] = Setting(value, origin)
 
     def has(self, path: str) -> bool:
