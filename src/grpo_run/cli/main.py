@@ -11,6 +11,7 @@
     grpo-run eval CONFIG.toml --checkpoint DIR                      evaluate a checkpoint
     grpo-run report RUN_DIR                                         plots + report.html of a run
     grpo-run serve RUN_DIR [--port N]                               live pipeline page (localhost)
+    grpo-run import SOURCE [--output config.toml]                   an Open Instruct / ROLL / TRL config
 
 Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
 
@@ -37,6 +38,7 @@ from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.eval import add_eval_parser, run_eval_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.plan import add_plan_parser, run_plan_command
+from grpo_run.cli.porting.command import add_import_parser, run_import_command
 from grpo_run.cli.report import add_report_parser, run_report_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
@@ -46,7 +48,7 @@ from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.core.secrets import mask_secrets
 
-COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
+COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin", "import")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_docs_parser(sub)
     add_new_plugin_parser(sub)
+    add_import_parser(sub)
     return parser
 
 
@@ -172,6 +175,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_eval_command(args, host)
     if args.command == "plan":
         return run_plan_command(args, host)
+    if args.command == "import":
+        return run_import_command(args, host.registry)
     cfg = _load_checked(args, host)
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary

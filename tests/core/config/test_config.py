@@ -381,10 +381,10 @@ def test_plugin_name_must_be_a_string_and_task_needs_one(registry: ComponentRegi
             "data.eval",
             "a [task] makes its own eval rows",
         ),
-        (
-            {"task": None, "data": {"train": [{"path": "a.jsonl"}]}},
+        (  # the default 10 runs without evaluations (a train-only config); a value the user chose asks for them
+            {"task": None, "train": {"local_eval_every": 5}, "data": {"train": [{"path": "a.jsonl"}]}},
             "train.local_eval_every",
-            "is 10 but there are no eval rows",
+            "is 5 but there are no eval rows",
         ),
         (
             {"task": None, "train": {"local_eval_every": 0}, "data": {"train": [{"path": "a.jsonl", "verifier": "mth"}]}},
@@ -673,9 +673,11 @@ def test_issue4_invariants_fire_with_their_path(
 
 def test_loss_denominator_type_and_valid_values(registry: ComponentRegistry) -> None:
     assert messages_at(with_(algorithm={"loss_denominator": "tokens"}), registry) == {
-        "algorithm.loss_denominator": "expected 'token' or a float, got string 'tokens'"
+        "algorithm.loss_denominator": "expected 'token' or a number (as text too: \"1024\"), got string 'tokens'"
     }
     assert parse_config(with_(algorithm={"loss_denominator": 256}), registry).algorithm.loss_denominator == 256.0
+    # Open Instruct's string form of a constant denominator.
+    assert parse_config(with_(algorithm={"loss_denominator": "1024"}), registry).algorithm.loss_denominator == 1024.0
     assert parse_config(VALID, registry).algorithm.loss_denominator == "token"
 
 

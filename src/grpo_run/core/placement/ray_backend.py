@@ -34,6 +34,7 @@ from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts
 from grpo_run.core.placement.learner_group import RankedLearnerGroup
 from grpo_run.core.placement.learner_rank import RankSetup
+from grpo_run.core.placement.ray_fit import describe_nodes, why_unplaceable
 from grpo_run.core.placement.ray_join import join_cluster
 from grpo_run.core.placement.ray_watcher import start_watcher, stop_watcher
 from grpo_run.core.placement.ray_actors import (
@@ -41,6 +42,7 @@ from grpo_run.core.placement.ray_actors import (
     RayLearnerRank,
     RayRankWorker,
     RemoteWeights,
+    placed,
     remote_engine,
 )
 from grpo_run.core.plugins.abilities import OwnWorker
@@ -86,7 +88,19 @@ class RayPlacement:
                           resources=ray.cluster_resources())
         return placement
 
+    def _check_fits(self, strategy: str | None) -> None:
+        """Fail at once when the cluster's nodes can never hold the run's actors (:mod:`.ray_fit`)."""
+        kinds = ("learner", "engine", "scoring")
+        actors = [(kinds[i] if i < len(kinds) else "verifier", _bundle(resources), count)
+                  for i, (resources, count) in enumerate(_actors(self.cfg))]
+        if strategy is not None:
+            actors = actors[:2]  # the placement group holds the learners and engines
+        reason = why_unplaceable(actors, strategy, ray.nodes())
+        if reason is not None:
+            raise RunError(reason)
+
     def _reserve(self) -> None:
+        self._check_fits(self.settings.placement_strategy)
         bundles, index = [], 0
         for kind, (resources, count) in zip(("learner", "engine"), _actors(self.cfg)):
             self._bundles[kind] = index
@@ -100,7 +114,8 @@ class RayPlacement:
             raise RunError(
                 f"the Ray cluster could not reserve {len(bundles)} bundles ({strategy}) within "
                 f"{self.settings.startup_timeout_s:g} s: asked for {bundles}; available now: "
-                f"{ray.available_resources()} (change distributed.*_resources or add nodes)"
+                f"{ray.available_resources()}, on {describe_nodes(ray.nodes())} (other work holds the rest: "
+                f"change distributed.*_resources, add nodes or wait)"
             ) from None
 
     def _options(self, kind: str, index: int) -> dict[str, Any]:
@@ -133,6 +148,8 @@ class RayPlacement:
             raise RunError(f"a {kind} actor could not start: {exc}") from None
 
     def learner_group(self, spec: LearnerSpec, learner: LearnerSection, seed: int) -> RankedLearnerGroup:
+        if self.group is None:  # actors placed one by one: can each of them, and all together, fit at all?
+            self._check_fits(None)
         world = learner.num_learners
         threads = learner.threads_per_learner or max(1, int(self.settings.resources_of("learner").num_cpus))
         actor_cls = ray.remote(RayLearnerRank)
@@ -143,6 +160,7 @@ class RayPlacement:
             for rank in range(world)
         ]
         wheres = self._running(actors, "learner")
+        get_logger().info("learners_placed", ranks=[{"rank": rank, **placed(w)} for rank, w in enumerate(wheres)])
         workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
         group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights,
                                    hang_timeout_s=learner.hang_timeout_s)
@@ -160,7 +178,7 @@ class RayPlacement:
             for i, ctx in enumerate(engine_contexts(context, num_engines))
         ]
         wheres = self._running(actors, "engine")
-        get_logger().info("engines_started", engines=[{"engine": i, "pid": w["pid"], "host": w["host"]}
+        get_logger().info("engines_started", engines=[{"engine": i, "host": w["host"], **placed(w)}
                                                       for i, w in enumerate(wheres)])
         return EnginePool([remote_engine(f"engine {i}", cls, a, w) for i, (a, w) in enumerate(zip(actors, wheres))])
 

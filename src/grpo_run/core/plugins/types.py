@@ -290,10 +290,12 @@ def reaches(value: float, top: float) -> bool:
 
 
 def is_solved(reward: float, max_reward: float) -> bool:
-    """Whether a completion solved its row: its reward reached the most the row can score, and
-    that maximum is positive (a row nothing can reward is never solved).
+    """Whether a reward reached the most the row can score, and that maximum is positive (a row
+    nothing can reward is never solved).
 
-    The one definition of "solved" in grpo-run: eval accuracy, ``reward/solve_rate`` and the
-    ``active`` sampler's pass rates all use it.
+    "Solved" in eval accuracy, ``reward/solve_rate`` and the ``active`` sampler's pass rates asks
+    the task's correctness verifiers (``scoring.correctness_verifiers``); this whole-reward test
+    is what decides for rows only all-rows verifiers score, and for every row with
+    ``correctness_verifiers = "reward"``.
     """
     return max_reward > 0 and reaches(reward, max_reward)
