@@ -126,7 +126,7 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
 
         plan = advise(cfg, host.registry, inputs, plan, accept)
     seconds = time.perf_counter() - started
-    simulated = _simulate(cfg, spec, config, plan, device) if args.simulate else None
+    simulated = _simulate(cfg, host, inputs, spec, config, plan, device) if args.simulate else None
     if args.json:
         out = plan.to_json()
         out["model"] = {"params": inputs.shape.params, "layers": inputs.shape.layers, "hidden": inputs.shape.hidden,
@@ -162,12 +162,19 @@ def learner_step_bytes(process: ProcessPlan) -> float:
     return resident + max(learner_phases, default=0.0)
 
 
-def _simulate(cfg, spec, config, plan: RunPlan, device: str) -> dict[str, float]:
+def _simulate(cfg, host, inputs, spec, config, plan: RunPlan, device: str) -> dict[str, float]:
     from grpo_run.core.learner.simulate import simulate_step
+    from grpo_run.core.memory.run_plan import plan_run
 
     budgeted = attrs.evolve(spec, forward_tokens=plan.budget, logprob_forward_tokens=plan.logprob_budget)
     result = simulate_step(budgeted, config, rollout_shape(cfg), device=device, learner=cfg.learner)
-    planned = learner_step_bytes(plan.processes[0])
+    compared = plan
+    if cfg.learner.strategy == "deepspeed" and cfg.learner.stage == 3 and cfg.learner.num_learners > 1:
+        # ZeRO-3 is simulated as fsdp2 (DeepSpeed does not run on fake tensors): compare with that plan.
+        fsdp2 = attrs.evolve(cfg.learner, strategy="fsdp2", zero_stage=None, offload_optimizer=False)
+        same_budget = attrs.evolve(fsdp2, max_tokens_per_forward=plan.budget, max_tokens_per_logprob_forward=plan.logprob_budget)
+        compared = plan_run(attrs.evolve(cfg, learner=same_budget), host.registry, inputs)
+    planned = learner_step_bytes(compared.processes[0])
     return {"learner_step_peak_bytes": float(result.peak), "planned_learner_step_bytes": planned,
             "difference": planned / result.peak - 1 if result.peak else 0.0,
             "micro_batches": result.micro_batches, "seconds": result.seconds, "rank": result.rank}
@@ -211,7 +218,7 @@ def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: d
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text(f"planned in {seconds:.1f} s", style="dim"))
     if simulated is not None:
-        console.print(Text(f"simulated learner step (rank {simulated['rank']}): peak "
+        console.print(Text(f"simulated learner step ({simulated['rank']}): peak "
                            f"{gib(simulated['learner_step_peak_bytes'])}, planned "
                            f"{gib(simulated['planned_learner_step_bytes'])} ({simulated['difference']:+.0%}); "
                            f"{simulated['micro_batches']:.0f} micro-batches, {simulated['seconds']:.0f} s"))

@@ -51,7 +51,7 @@ class LearnerSection:
     up to one optimizer step with exactly the loss of one forward over the mini-batch. A row longer
     than this is a micro-batch of its own; 0 = no bound (one forward per mini-batch).
     ``"auto"``: the most that fits, from the memory plan (``grpo-run plan``) and the memory the
-    device has free at the start (CUDA: after the engines; CPU: half the memory available),
+    device has free at the start (CUDA: after the engines; CPU: 80% of the memory available),
     logged once. Peers: verl's ``ppo_max_token_len_per_gpu``, NeMo-RL's ``train_mb_tokens``.
     docs/memory.md."""
     max_tokens_per_logprob_forward: Literal["auto"] | int | None = attrs.field(default=None, validator=v.optional(_budget))

@@ -103,7 +103,8 @@ def simulate_step(
                 metrics = trainer.train_step(seqs)
         return SimulatedStep(
             peak=fake.counter.peak, steady=fake.counter.live, micro_batches=metrics.get("perf/micro_batches", 0.0),
-            seconds=time.perf_counter() - start, rank=f"0 of {world}, sharded" if world > 1 else "one process",
+            seconds=time.perf_counter() - start,
+            rank=(f"rank 0 of {world}, sharded as by fsdp2" if world > 1 else "one process"),
         )
 
 

@@ -92,7 +92,7 @@ class ModelStates:
     """Held from a mini-batch's first backward to its optimizer step."""
     first_gradients: float
     """Of the gradients, what the first micro-batch of a mini-batch holds at its peak: the output
-    layer's, made first (with LoRA: none that size)."""
+    layer's, made first (with LoRA: none that size); with a sharded strategy every shard."""
     gathered: tuple[Part, ...]
     """Whole parameters (and gradients) a sharded strategy holds during a training forward and backward."""
     gathered_no_grad: float
@@ -134,8 +134,10 @@ def model_states(load: StateLoad) -> ModelStates:
     gradients = _gradients(load, n)
     gathered, gathered_no_grad = _gathered(load)
     step = t * tb / shard_o if load.foreach and not load.offload_optimizer else 0.0
-    head_first = load.head_params * tb / (n if load.shards_weights else 1)
-    return ModelStates(tuple(resident), tuple(host), tuple(gradients), head_first, tuple(gathered),
+    # A mini-batch's first backward makes the output layer's gradient first; a sharded strategy
+    # reduce-scatters each unit's as the backward goes, so its shards all exist before it ends.
+    first = sum(p.bytes for p in gradients) if load.shards_weights and n > 1 else load.head_params * tb
+    return ModelStates(tuple(resident), tuple(host), tuple(gradients), first, tuple(gathered),
                        gathered_no_grad, step)
 
 
