@@ -39,7 +39,6 @@ from grpo_run.core.placement.ray_actors import (
     EngineActor,
     RayLearnerRank,
     RayRankWorker,
-    RemoteWeights,
     remote_engine,
 )
 from grpo_run.core.plugins.abilities import OwnWorker
@@ -146,7 +145,7 @@ class RayPlacement:
         ]
         wheres = self._running(actors, "learner")
         workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
-        group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights,
+        group = RankedLearnerGroup(workers, share=ray.put,
                                    hang_timeout_s=learner.hang_timeout_s)
         try:
             group.start(ray.get(actors[0].rendezvous.remote(self.local)))
