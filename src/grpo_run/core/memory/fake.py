@@ -98,8 +98,16 @@ class FakeDevice(TorchDispatchMode):
         _refuse_real_writes(func, args)
         with self.fake_mode:
             out = func(*args, **kwargs)
+        self._forget_outputs()
         self.counter.add(out)
         return out
+
+    def _forget_outputs(self) -> None:
+        """Drop the fake mode's memo of the tensors it just made. The memo holds a weak reference
+        to each, and ``Module.to()`` (which swaps a fake parameter for its converted copy, e.g. in
+        peft's LoRA wrap) refuses to swap a tensor that has one. Each op's outputs are fresh, so
+        nothing later looks them up."""
+        self.fake_mode.fake_tensor_converter.meta_converter.tensor_memo.clear()
 
 
 def _floating_factory(func: Any, kwargs: dict) -> bool:

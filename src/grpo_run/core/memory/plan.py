@@ -195,7 +195,7 @@ def learner_process(load: LearnerLoad, budget: int, logprob_budget: int, name: s
     if extra_transient:
         phases.append(("generation", tuple(extra_transient)))
     return ProcessPlan(name, load.device, tuple(resident), tuple(phases),
-                       adds_up=("generation",) if load.device == "cpu" else ())
+                       adds_up=("generation",) if load.device == "cpu" and extra_transient else ())
 
 
 def training_parts(load: LearnerLoad, micro: Sequence[int]) -> tuple[Part, ...]:
