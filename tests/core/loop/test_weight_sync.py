@@ -14,6 +14,7 @@ import pytest
 from grpo_run.cli.main import main
 from support.paths import EXAMPLES
 from support.runs import write_run
+from support.shapes import smollm2_shaped
 from support.verifiers import LENGTH_REWARD
 
 pytest.importorskip("peft", reason="LoRA needs the peft extra (pip install 'grpo-run[peft]')")
@@ -50,29 +51,6 @@ def test_the_embedded_example_syncs_a_fraction_of_the_bytes_with_the_same_first_
     assert sent["adapter"][1:] == [376_832, 376_832]
     assert sent["merged"][1:] == [4_283_904, 4_283_904]
     assert sum(sent["adapter"]) <= 0.15 * sum(sent["merged"])
-
-
-def smollm2_shaped(directory: Path) -> Path:
-    """SmolLM2-135M's layer shape at a tenth of its width and with 2 of its 30 layers: grouped-query
-    attention (3 query heads per key-value head, head size 64), an MLP 8/3 as wide, tied
-    embeddings, its RoPE base; random weights, the character tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from grpo_run.plugins.models.char_tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer(model_max_length=64)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=192, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=3, num_key_value_heads=1, head_dim=64, max_position_embeddings=64,
-        tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-    )
-    import torch
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 def five_steps(tmp_path: Path, model: dict, name: str) -> dict[str, dict[int, dict]]:

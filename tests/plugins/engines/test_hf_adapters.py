@@ -8,9 +8,10 @@ import asyncio
 import attrs
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from grpo_run import POLICY_ADAPTER, AdapterSlots, EngineContext, LoraAdapter, SamplingParams, TakesAdapters
+from support.adapters import trained_adapter
 
 peft = pytest.importorskip("peft", reason="LoRA needs the peft extra (pip install 'grpo-run[peft]')")
 
@@ -26,22 +27,6 @@ def make_engine(plugin_host, model_dir, adapters):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return cls(cls.Config(), EngineContext(model_path=model_dir, tokenizer=tokenizer, dtype=torch.float32,
                                            device="cpu", seed=3, adapters=adapters))
-
-
-def trained_adapter(model_dir, seed, use_dora=False):
-    """A policy with a LoRA adapter moved off zero: the adapter as engines get it, and the merged weights."""
-    from grpo_run.core.compat import peft_reading_deprecated_properties
-    from grpo_run.core.learner.lora import adapter_snapshot, merged_state_dict
-
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_dora=use_dora, task_type="CAUSAL_LM")
-    with peft_reading_deprecated_properties():
-        policy = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), config, adapter_name="default")
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_" in name:
-                param.add_(0.05 * torch.randn(param.shape, generator=generator))
-    return adapter_snapshot(policy), merged_state_dict(policy)
 
 
 def prompts(engine):

@@ -108,5 +108,8 @@ def adapter_slots(cfg: RunConfig, registry: ComponentRegistry) -> AdapterSlots |
     choice = choose_lora_sync(cfg, registry)
     if choice is None or choice.mode != "adapter":
         return None
-    assert cfg.model.lora is not None
-    return AdapterSlots(max_rank=cfg.model.lora.r)
+    lora = cfg.model.lora
+    assert lora is not None
+    target = lora.target_modules
+    names = None if isinstance(target, str) else tuple(sorted({name.rsplit(".", 1)[-1] for name in target}))
+    return AdapterSlots(max_rank=lora.r, target_modules=names)

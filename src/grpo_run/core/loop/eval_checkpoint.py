@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from grpo_run.core.config.lora_sync import choose_lora_sync
+from grpo_run.core.config.lora_sync import adapter_slots, choose_lora_sync
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.data.sources import load_rows
@@ -28,7 +28,7 @@ from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.loop.weight_sync import push_snapshot
 from grpo_run.core.plugins.families import ENGINE
-from grpo_run.core.plugins.adapters import AdapterSlots, LoraAdapter
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.plugins.types import EngineContext, SamplingParams
 from grpo_run.core.scoring.scorer import RewardScorer
@@ -128,7 +128,7 @@ def evaluate_checkpoint(
             EngineContext(model_path=str(weights), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
                           device=resolve_device(cfg.model.device), seed=cfg.run.seed,
                           attn_implementation=cfg.model.attn_implementation,
-                          adapters=AdapterSlots(max_rank=adapter.rank) if adapter else None),
+                          adapters=adapter_slots(cfg, registry) if adapter else None),
         )
         if adapter is not None:  # the base model, then the checkpoint's adapter, as in the run
             try:

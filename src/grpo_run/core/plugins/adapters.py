@@ -68,6 +68,9 @@ class AdapterSlots:
     max_rank: int = attrs.field(validator=attrs.validators.gt(0))
     count: int = attrs.field(default=1, validator=attrs.validators.gt(0))
     """Adapters held at once: 1 for a run."""
+    target_modules: tuple[str, ...] | None = None
+    """The module names (last name component, e.g. ``"q_proj"``) the adapters adapt, so an engine
+    may add adapter layers only there; ``None``: every linear layer (``"all-linear"``)."""
 
 
 def tensors_nbytes(tensors: Mapping[str, Any]) -> int:

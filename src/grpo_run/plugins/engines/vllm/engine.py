@@ -261,10 +261,12 @@ def engine_arguments(config: VLLMEngineConfig, context: EngineContext) -> dict[s
     for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
         if getattr(config, key) is not None:
             args[key] = getattr(config, key)
-    if context.adapters is not None:  # LoRA adapters on the base model, one slot each
-        slots = context.adapters.count
-        args.update(enable_lora=True, max_lora_rank=config.lora_rank(context.adapters.max_rank),
-                    max_loras=slots, max_cpu_loras=slots)
+    slots = context.adapters
+    if slots is not None:  # LoRA adapters on the base model, one slot each
+        args.update(enable_lora=True, max_lora_rank=config.lora_rank(slots.max_rank),
+                    max_loras=slots.count, max_cpu_loras=slots.count)
+        if slots.target_modules is not None:  # adapter layers only where adapters have weights
+            args["lora_target_modules"] = list(slots.target_modules)
     kv_gb = config.kv_cache_memory_gb
     if kv_gb is None and not context.device.startswith("cuda"):
         kv_gb = CPU_KV_CACHE_GB
