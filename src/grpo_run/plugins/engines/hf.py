@@ -124,6 +124,7 @@ class HFEngine:
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
+        self.adapters = None  # its peft wrapper holds the model too
 
     # -- implementation -------------------------------------------------------------------
 
