@@ -81,3 +81,27 @@ def test_a_misspelt_key_is_an_error_with_a_suggestion(tmp_path, capsys):
     cfg.write_text(EXAMPLE.read_text() + "\n[logging]\nlog_rollout_every = 5\n")
     assert main(["check", str(cfg)]) == 2
     assert "logging.log_rollout_every: unknown key (did you mean 'log_rollouts_every'?)" in capsys.readouterr().err
+
+
+def test_a_train_only_config_runs_with_the_defaults(tmp_path, capsys):
+    # Only [[data.train]]: the default train.local_eval_every asks for no eval rows; evaluation is off, and said so.
+    from support.runs import write_run
+    from support.verifiers import LENGTH_REWARD
+
+    cfg = write_run(tmp_path, verifier=LENGTH_REWARD, train={"local_eval_every": None, "total_steps": 1},
+                    model={"name_or_path": "tiny-arithmetic"})
+    assert "local_eval_every" not in cfg.read_text()
+    assert main(["check", str(cfg)]) == 0
+    assert main([str(cfg), "--output-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no [[data.eval]] source, so evaluation is off (no eval/accuracy); add one to evaluate" in err
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count('"step": 1') == 1
+    # A value the user chose does ask for eval rows.
+    assert main(["check", str(cfg), "--set", "train.local_eval_every=5"]) == 2
+    assert "train.local_eval_every: is 5 but there are no eval rows" in capsys.readouterr().err
+
+
+def test_open_instructs_text_form_of_a_constant_denominator_is_a_number(capsys):
+    assert main(["check", str(EXAMPLE), "--set", 'algorithm.loss_denominator="1024"']) == 0
+    assert main(["check", str(EXAMPLE), "--set", 'algorithm.loss_denominator="many"']) == 2
+    assert "algorithm.loss_denominator: expected 'token' or a number" in capsys.readouterr().err

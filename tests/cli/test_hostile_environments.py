@@ -194,16 +194,25 @@ def test_an_environment_that_ends_the_trainer_process_is_named_as_the_run_ends(t
     assert log[-1]["event"] == "environment_ended_process"
 
 
-def test_a_crash_inside_an_environment_shows_where_each_thread_was_the_environments_step_among_them(
-        tmp_path, hostile_path):
-    """A segmentation fault in ``step`` (a C extension's bug): no Python code runs after it, but
-    the fatal-error report names the environment's frame (it was silent, exit -11)."""
+def test_a_crash_inside_an_environment_is_said_in_one_line_naming_the_environment(tmp_path, hostile_path):
+    """A segmentation fault in ``step`` (a C extension's bug): no Python code runs after it. It was
+    silent (exit -11), then faulthandler's 83 lines of every thread's stack without a word of what
+    to do; now one line as for ``os._exit``, the stacks kept in the run directory."""
     cfg = _config(tmp_path, ["step-segfault"], prompts=4, every=4)
-    done = run_grpo([str(cfg), "--output-dir", str(tmp_path / "run")])
+    run = tmp_path / "run"
+    done = run_grpo([str(cfg), "--output-dir", str(run)])
 
     assert done.returncode == -11, done.output
-    assert "Fatal Python error: Segmentation fault" in done.output
-    assert re.search(r'File ".*grpo_run_hostile\.py", line \d+ in step', done.output), done.output
+    assert "Fatal Python error" not in done.output and done.leftovers == [], done.output
+    assert re.fullmatch(r"run ended: environment 'hostile' step crashed the trainer process \(Segmentation fault, in "
+                        r"step at grpo_run_hostile\.py:\d+\): nothing since the last checkpoint is saved\. Environment "
+                        r"code runs in the trainer; with environment\.isolation = \"process\" it runs in worker "
+                        rf"processes, where this fails only its episodes; every thread's stack: {run}/crash\.txt",
+                        done.lines[-1]), done.output
+    stacks = (run / "crash.txt").read_text()
+    assert "Fatal Python error: Segmentation fault" in stacks
+    assert re.search(r'File ".*grpo_run_hostile\.py", line \d+ in step', stacks), stacks
+    assert json.loads((run / "log.jsonl").read_text().splitlines()[-1])["event"] == "run_crashed"
 
 
 def test_with_isolation_process_an_environment_that_ends_its_process_fails_only_its_episodes(tmp_path, hostile_path):

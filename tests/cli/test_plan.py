@@ -113,9 +113,16 @@ def test_a_run_that_cannot_fit_exits_1_with_one_line_saying_what_to_change(tmp_p
     done = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cuda", "--memory", "1GiB",
                            "--set", "rollout.num_unique_prompts_rollout=64"], capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("does not fit: needs ") and "; " in last
+    lines = done.stdout.strip().splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("does not fit: needs "))
+    suggested = [line.strip().removeprefix("--set ") for line in lines[verdict + 2:]]
+    assert lines[verdict + 1] == "what fits, as overrides:" and suggested, lines[verdict:]
     assert "Traceback" not in done.stderr
+    again = subprocess.run([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cuda", "--memory", "1GiB",
+                            "--set", "rollout.num_unique_prompts_rollout=64",
+                            *[a for s in suggested for a in ("--set", s)]], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert again.stdout.strip().splitlines()[-1] == "fits"
 
 
 @pytest.mark.parametrize(("args", "message"), [

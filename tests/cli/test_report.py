@@ -98,3 +98,43 @@ def test_report_without_traces_says_how_to_get_them(tmp_path: Path) -> None:
     html = (tmp_path / "report" / "report.html").read_text()
     assert "No rollout traces in this run: set logging.log_rollouts_every" in html
     assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == ["reward.png"]
+
+
+WITHOUT_MATPLOTLIB = """
+import sys
+sys.modules["matplotlib"] = None  # as after `make demo`'s install: the core only
+from grpo_run.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_report_without_matplotlib_writes_the_page_without_curves(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n{"step": 2, "reward/mean": 0.7}\n')
+    done = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, "report", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "GRPO_RUN_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines() == [
+        f"wrote {tmp_path / 'report' / 'report.html'} without curves (curves need matplotlib: "
+        "pip install 'grpo-run[report]')"]
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "No curves: curves need matplotlib: pip install &#x27;grpo-run[report]&#x27;" in html
+    assert "<td>0.7</td>" in html  # the headline table is there
+    assert not list((tmp_path / "report").glob("*.png"))
+
+
+def test_a_report_that_fails_leaves_no_empty_directory(tmp_path: Path, monkeypatch, capsys) -> None:
+    import grpo_run.cli.report as report_module
+    from grpo_run.core.errors import UserError
+
+    def broken(*_args):
+        raise UserError("the disk said no")
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    monkeypatch.setattr(report_module, "render", broken)
+    assert main(["report", str(tmp_path)]) == 2
+    assert "the disk said no" in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()

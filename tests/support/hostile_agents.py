@@ -66,3 +66,59 @@ async def stubborn(row, base_url):
             except asyncio.CancelledError:
                 pass
     return 0.0
+
+
+async def ok(row, base_url):
+    """One model call through a fresh ``AsyncOpenAI`` client, as most agents start."""
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        reply = await client.chat.completions.create(model="policy", messages=row["messages"], max_tokens=8)
+    return float(reply.choices[0].message.content == row.get("ground_truth"))
+
+
+async def three_calls(row, base_url):
+    """Three model calls in a row through a fresh ``AsyncOpenAI`` client, nothing else."""
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        messages = list(row["messages"])
+        for _ in range(3):
+            reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
+            messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    return float(reply.choices[0].message.content == row.get("ground_truth"))
+
+
+async def holds_the_loop(row, base_url):
+    """Holds the event loop for ``HOLD_S`` seconds (a blocking call in ``async def``), then makes
+    one model call."""
+    import time
+
+    time.sleep(float(os.environ.get("HOLD_S", "2")))  # the mistake: blocking, under any one limit
+    return await ok(row, base_url)
+
+
+async def crowded(row, base_url):
+    """Opens ``CROWD`` connections that send half a request and wait (the endpoint holds each), then
+    makes one request without retries (timeout 10 s) and appends ``{"first": outcome, "seconds":
+    s}`` to the file ``CROWD_OUT``; closes them and answers normally (retrying)."""
+    import socket
+    import time
+
+    host, port = base_url.split("/")[2].split(":")
+    path = "/" + base_url.split("/", 3)[3]
+    held = []
+    for _ in range(int(os.environ.get("CROWD", "4"))):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(f"POST {path}/chat/completions HTTP/1.1\r\nHost: x\r\n".encode())
+        held.append(sock)
+    started = time.monotonic()
+    try:
+        async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=10) as client:
+            await client.chat.completions.create(model="policy", messages=row["messages"], max_tokens=4)
+        outcome = "answered"
+    except Exception as exc:  # noqa: BLE001 - recorded for the test
+        outcome = type(exc).__name__
+    with open(os.environ["CROWD_OUT"], "a", encoding="utf-8") as out:
+        out.write(json.dumps({"first": outcome, "seconds": time.monotonic() - started}) + "\n")
+    for sock in held:
+        sock.close()
+    async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=8) as client:
+        reply = await client.chat.completions.create(model="policy", messages=row["messages"], max_tokens=4)
+    return float(reply.choices[0].message.content == row.get("ground_truth"))

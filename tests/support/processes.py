@@ -4,6 +4,7 @@ processes it left behind. Signals only ever go to processes these helpers starte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -86,7 +87,12 @@ def run_grpo(
                 first_signal = first_signal or now
             time.sleep(0.02)
         ended = time.monotonic()
-        output += proc.stdout.read() or b""
+        while time.monotonic() < ended + settle_s:  # what its children still write (a crash watcher's line)
+            more = proc.stdout.read()
+            if more == b"":
+                break  # every writer is gone
+            output += more or b""
+            time.sleep(0.02)
     finally:
         if proc.poll() is None:
             kill_session(proc.pid)
@@ -128,3 +134,15 @@ def kill_session(sid: int) -> None:
             proc.send_signal(signal.SIGKILL)
         except psutil.Error:
             continue
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """A loaded machine for the block: ``processes`` processes that spin on a CPU each."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()

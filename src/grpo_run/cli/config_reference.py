@@ -135,6 +135,9 @@ def _components(registry: ComponentRegistry, distribution: str) -> str:
 
 
 def _where_chosen(fam: Family) -> str:
+    if fam.key == "transform":
+        return ("Chosen by a data source's `transform = \"<name>\"` (in `[[data.train]]` or `[[data.eval]]`), "
+                "or `transform = {name = \"<name>\", ...}` with the options.")
     if fam.slot is None:
         return f"Chosen by `model.name_or_path = \"<name>\"` (the options keep their defaults)."
     if fam.many:

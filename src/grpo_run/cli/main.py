@@ -11,6 +11,7 @@
     grpo-run eval CONFIG.toml --checkpoint DIR                      evaluate a checkpoint
     grpo-run report RUN_DIR                                         plots + report.html of a run
     grpo-run serve RUN_DIR [--port N]                               live pipeline page (localhost)
+    grpo-run import SOURCE [--output config.toml]                   an Open Instruct / ROLL / TRL config
 
 Shell completion (argcomplete): ``eval "$(register-python-argcomplete grpo-run)"``.
 
@@ -37,6 +38,7 @@ from grpo_run.cli.docs import add_docs_parser, run_docs_command
 from grpo_run.cli.eval import add_eval_parser, run_eval_command
 from grpo_run.cli.new_plugin import add_new_plugin_parser, run_new_plugin_command
 from grpo_run.cli.plan import add_plan_parser, run_plan_command
+from grpo_run.cli.porting.command import add_import_parser, run_import_command
 from grpo_run.cli.report import add_report_parser, run_report_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
@@ -46,7 +48,7 @@ from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.core.secrets import mask_secrets
 
-COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin")
+COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin", "import")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_docs_parser(sub)
     add_new_plugin_parser(sub)
+    add_import_parser(sub)
     return parser
 
 
@@ -172,6 +175,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_eval_command(args, host)
     if args.command == "plan":
         return run_plan_command(args, host)
+    if args.command == "import":
+        return run_import_command(args, host.registry)
     cfg = _load_checked(args, host)
     if args.command == "check":
         from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary
@@ -190,19 +195,24 @@ def _dispatch(args: argparse.Namespace) -> int:
     from grpo_run.core.loop.run import train
     from grpo_run.core.loop.rundir import default_run_dir, run_dir_of_resume_path
 
-    _fault_stacks()
     resumed_run = run_dir_of_resume_path(args.resume) if args.resume else None
     run_dir = Path(args.output_dir) if args.output_dir else resumed_run or default_run_dir(cfg)
+    _fault_stacks(run_dir)
     with live_page(run_dir, cfg.logging.dashboard_port):
         train(cfg, host, run_dir, resume_from=args.resume, overwrite=args.overwrite,
               report_interrupted=lambda exc: interrupted_lines(exc, args))
     return 0
 
 
-def _fault_stacks() -> None:
-    """A crash in environment or extension code (a segfault) prints where each thread was, the
-    environment's frames among them (core/rollout/env_exit.py), on the process's own stderr."""
+def _fault_stacks(run_dir: Path) -> None:
+    """A crash in environment or extension code (a segfault) is said in one line naming the code
+    that ran, every thread's stack kept in the run directory (core/crash_watch.py); without the
+    watcher, the stacks go to the process's own stderr."""
     if faulthandler.is_enabled() or sys.__stderr__ is None:
+        return
+    from grpo_run.core.crash_watch import start
+
+    if start(run_dir / "crash.txt") is not None:
         return
     try:
         faulthandler.enable(file=sys.__stderr__)

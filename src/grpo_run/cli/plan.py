@@ -16,6 +16,8 @@ import argparse
 import json
 import re
 
+import attrs
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -64,20 +66,31 @@ def _positive(text: str) -> int:
 
 
 def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
+    import time
+
     import psutil
     import torch
 
     from grpo_run.core.config import load_config
-    from grpo_run.core.errors import ConfigError
+    from grpo_run.core.errors import ConfigError, ConfigIssue
     from grpo_run.core.loop.build import learner_spec, resolve_model_path
     from grpo_run.core.loop.memory_setup import model_config, plan_inputs
-    from grpo_run.core.loop.preflight import model_path_issues
+    from grpo_run.core.loop.preflight import context_issues, model_path_issues
+    from grpo_run.core.memory.advice import advise
     from grpo_run.core.memory.run_plan import plan_run
+    from grpo_run.core.memory.shapes import ModelShape
 
+    started = time.perf_counter()
     if args.device not in (None, "cuda", "cpu"):
         raise UserError(f"--device {args.device!r}: expected cuda or cpu")
     capacity = parse_size(args.memory) if args.memory is not None else None
-    cfg = load_config(args.config, host.registry, args.overrides)
+    aside: list[ConfigIssue] = []
+    cfg = load_config(args.config, host.registry, args.overrides, set_aside=aside)
+    overrides = list(args.overrides)
+    if args.device == "cuda" and not cfg.model.device.startswith("cuda"):  # plan it as the CUDA machine will run it
+        overrides.append('model.device="cuda"')
+        aside = []
+        cfg = load_config(args.config, host.registry, overrides, set_aside=aside)
     issues = model_path_issues(cfg.model.name_or_path, host.registry)
     if issues:
         raise ConfigError(args.config, issues)
@@ -90,22 +103,47 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
         capacity = float(psutil.virtual_memory().available)
     model_path = resolve_model_path(cfg, host)
     config = model_config(model_path, cfg)
+    shape = ModelShape.from_config(config, source=f"model {cfg.model.name_or_path!r}")
+    issues = context_issues(cfg, shape.context)
+    if issues:
+        raise ConfigError(args.config, issues)
     spec = learner_spec(cfg, host, model_path, int(getattr(config, "pad_token_id", None) or 0), device=device)
     runtime = float(psutil.Process().memory_info().rss) if device == "cpu" else 0.0
-    inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime,
-                         gpus=args.gpus or cfg.learner.num_learners)
+    gpus = args.gpus or max(cfg.learner.num_learners, _gpus_named(cfg))
+    inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime, gpus=gpus,
+                         shape=shape)
     plan = plan_run(cfg, host.registry, inputs)
+    if aside:
+        notes = [f"set aside for this plan: {i.path}: {i.message}" for i in aside]
+        plan = attrs.evolve(plan, notes=(*plan.notes, *notes))
+    if not plan.fits:
+        def accept(suggested: tuple[str, ...]) -> bool:  # the suggestion passes the config's own rules
+            try:
+                load_config(args.config, host.registry, [*overrides, *suggested], set_aside=[])
+            except ConfigError:
+                return False
+            return True
+
+        plan = advise(cfg, host.registry, inputs, plan, accept)
+    seconds = time.perf_counter() - started
     simulated = _simulate(cfg, spec, config, plan, device) if args.simulate else None
     if args.json:
         out = plan.to_json()
         out["model"] = {"params": inputs.shape.params, "layers": inputs.shape.layers, "hidden": inputs.shape.hidden,
-                        "vocab": inputs.shape.vocab}
+                        "vocab": inputs.shape.vocab, "context": inputs.shape.context}
+        out["seconds"] = round(seconds, 2)
         if simulated is not None:
             out["simulated"] = simulated
         print(json.dumps(out))
     else:
-        _print(Console(highlight=False), args.config, cfg, inputs, plan, simulated)
+        _print(Console(highlight=False), args.config, cfg, inputs, plan, simulated, seconds)
     return 0 if plan.fits else 1
+
+
+def _gpus_named(cfg) -> int:
+    """GPUs the config names itself (an engine's ``device = "cuda:3"`` means at least 4)."""
+    device = str(getattr(cfg.engine.config, "device", "") or "")
+    return int(device.split(":")[1]) + 1 if device.startswith("cuda:") else 0
 
 
 def _device_kind(name: str, cuda_here: bool) -> str:
@@ -118,51 +156,51 @@ def learner_step_bytes(process: ProcessPlan) -> float:
     """The part of a learner process that a simulated learner step holds: weights, optimizer
     state, reference policy and the learner's phases (not the interpreter, the rollout batch or
     an engine beside it)."""
-    learner_parts = ("weights", "LoRA adapters", "optimizer state", "reference policy")
+    learner_parts = ("weights", "LoRA adapters", "optimizer state", "master weights", "reference policy")
     resident = sum(p.bytes for p in process.resident if p.name in learner_parts)
     learner_phases = [sum(p.bytes for p in parts) for name, parts in process.phases if name != "generation"]
     return resident + max(learner_phases, default=0.0)
 
 
 def _simulate(cfg, spec, config, plan: RunPlan, device: str) -> dict[str, float]:
-    import attrs
-
     from grpo_run.core.learner.simulate import simulate_step
 
     budgeted = attrs.evolve(spec, forward_tokens=plan.budget, logprob_forward_tokens=plan.logprob_budget)
-    result = simulate_step(budgeted, config, rollout_shape(cfg), device=device)
+    result = simulate_step(budgeted, config, rollout_shape(cfg), device=device, learner=cfg.learner)
     planned = learner_step_bytes(plan.processes[0])
     return {"learner_step_peak_bytes": float(result.peak), "planned_learner_step_bytes": planned,
             "difference": planned / result.peak - 1 if result.peak else 0.0,
-            "micro_batches": result.micro_batches, "seconds": result.seconds}
+            "micro_batches": result.micro_batches, "seconds": result.seconds, "rank": result.rank}
 
 
-def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: dict | None) -> None:
+def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: dict | None, seconds: float) -> None:
     shape, rollout = inputs.shape, rollout_shape(cfg)
     console.print(Text(f"{path}: memory plan for {inputs.device} ({gib(inputs.capacity)}"
-                       f"{' available' if inputs.device == 'cpu' else ' per device'})"))
+                       f"{' available' if inputs.device == 'cpu' else f' per device, {plan.gpus} GPUs'})"))
     console.print(Text(f"model {cfg.model.name_or_path}: {shape.params / 1e6:,.1f}M params, {shape.layers} layers, "
                        f"hidden {shape.hidden}, vocabulary {shape.vocab:,}; {cfg.model.dtype}"
                        f"{', autocast ' + cfg.model.autocast if cfg.model.autocast != 'none' else ''}"))
     console.print(Text(f"rollout batch: {rollout.prompts} prompts x {rollout.samples} samples x up to "
                        f"{rollout.prompt_tokens} + {rollout.response_tokens} tokens = {rollout.tokens:,} tokens"))
-    for process in plan.processes:
-        table = Table(title=f"{process.name} on {process.device}: peak {gib(process.peak)}"
+    for process, last in _grouped(plan.processes):
+        name, where = process.name, process.device
+        if last is not process:
+            name = f"{process.name.split(' rank ')[0]} ranks {process.name.split(' rank ')[-1]} to {last.name.split(' rank ')[-1]}"
+            where = f"{process.device} to {last.device}, each"
+        table = Table(title=f"{name} on {where}: peak {gib(process.peak)}"
                             + (f" (in the {process.peak_phase})" if process.peak_phase else ""), title_justify="left")
         for column in ("part", "size", "how"):
             table.add_column(column, justify="right" if column == "size" else "left")
         for part in process.resident:
             table.add_row(part.name, gib(part.bytes), Text(part.note))
-        for name, parts in process.phases:
+        for phase, parts in process.phases:
             inside = ", ".join(f"{p.name} {gib(p.bytes)}" + (f" ({p.note})" if p.note else "") for p in parts if p.bytes)
-            when = "beside the others" if name in process.adds_up else "one at a time"
-            table.add_row(Text(f"{name} ({when})", style="italic"), "+" + gib(sum(p.bytes for p in parts)), Text(inside))
+            when = "beside the others" if phase in process.adds_up else "one at a time"
+            table.add_row(Text(f"{phase} ({when})", style="italic"), "+" + gib(sum(p.bytes for p in parts)), Text(inside))
         console.print(table)
     cost = inputs.costs
     console.print(Text(f"a training forward costs {gib(cost.train.at(4096) - cost.train.at(0))} per 4,096 tokens "
-                       f"({'with' if _checkpointing(cfg, inputs.device) else 'without'} gradient checkpointing; "
-                       f"{gib(cost.train_other.at(4096) - cost.train_other.at(0))} "
-                       f"{'without' if _checkpointing(cfg, inputs.device) else 'with'} it)"))
+                       f"({'with' if _checkpointing(cfg, inputs.device) else 'without'} gradient checkpointing)"))
     source = "auto: the most that fits" if plan.budget_source == "auto" else "set"
     console.print(Text(f"token budget: {plan.budget:,} tokens per forward ({source}); the largest that fits: "
                        f"{plan.largest_budget:,}; log-prob passes: {plan.logprob_budget:,} "
@@ -171,14 +209,33 @@ def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: d
         console.print(Text(line))
     for note in plan.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    console.print(Text(f"planned in {seconds:.1f} s", style="dim"))
     if simulated is not None:
-        console.print(Text(f"simulated learner step: peak {gib(simulated['learner_step_peak_bytes'])}, planned "
+        console.print(Text(f"simulated learner step (rank {simulated['rank']}): peak "
+                           f"{gib(simulated['learner_step_peak_bytes'])}, planned "
                            f"{gib(simulated['planned_learner_step_bytes'])} ({simulated['difference']:+.0%}); "
                            f"{simulated['micro_batches']:.0f} micro-batches, {simulated['seconds']:.0f} s"))
     if plan.fits:
         console.print(Text("fits", style="bold green"))
-    else:
-        console.print(Text.assemble(("does not fit: ", "bold red"), plan.advice or ""), soft_wrap=True)
+        return
+    console.print(Text.assemble(("does not fit: ", "bold red"), plan.advice or ""), soft_wrap=True)
+    if plan.suggested:
+        console.print(Text("what fits, as overrides:"))
+        for override in plan.suggested:
+            console.print(Text(f"  --set {override}"), soft_wrap=True)
+
+
+def _grouped(processes):
+    """``(first, last)`` of each run of identical learner ranks (the others alone)."""
+    out, i = [], 0
+    while i < len(processes):
+        j = i
+        while (j + 1 < len(processes) and " rank " in processes[i].name and " rank " in processes[j + 1].name
+               and processes[j + 1].same_as(processes[i])):
+            j += 1
+        out.append((processes[i], processes[j]))
+        i = j + 1
+    return out
 
 
 def _checkpointing(cfg, device: str) -> bool:

@@ -105,11 +105,23 @@ def panel(name: str) -> Panel:
     raise KeyError(name)
 
 
+NEEDS_MATPLOTLIB = "curves need matplotlib: pip install 'grpo-run[report]'"
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported (the core install, ``make demo``'s, has none)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _figure() -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise UserError("plots need matplotlib: pip install 'grpo-run[report]'") from None
+        raise UserError(NEEDS_MATPLOTLIB) from None
     return Figure(figsize=(6.4, 3.4), dpi=100, layout="tight")
 
 

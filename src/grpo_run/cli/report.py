@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_run.cli.plots import PANELS, render
+from grpo_run.cli.plots import NEEDS_MATPLOTLIB, PANELS, render
+from grpo_run.cli.plots import available as plots_available
 from grpo_run.cli.rundir import RunMetrics, latest_checkpoint, load_metrics, read_jsonl, trace_files
 from grpo_run.core.secrets import mask_secrets
 
@@ -41,31 +42,44 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_report_command(args: argparse.Namespace) -> int:
     out = write_report(Path(args.run_dir), Path(args.output_dir) if args.output_dir else None)
-    print(f"wrote {out}")
+    print(f"wrote {out}" + ("" if plots_available() else f" without curves ({NEEDS_MATPLOTLIB})"))
     return 0
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
-    """Write the PNGs and ``report.html`` (default under ``<run_dir>/report``); returns its path."""
+    """Write the PNGs and ``report.html`` (default under ``<run_dir>/report``); returns its path.
+    Without matplotlib the page has everything but the curves, and says how to get them. A report
+    that fails leaves no empty directory behind."""
     metrics = load_metrics(run_dir)
     out = out_dir if out_dir is not None else run_dir / REPORT_DIR
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(run_dir, metrics, out)
+    except BaseException:
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _write(run_dir: Path, metrics: RunMetrics, out: Path) -> Path:
     figures, missing = [], []
-    for p in PANELS:
+    drawn = plots_available()
+    for p in PANELS if drawn else ():
         png = render(p, metrics)
         if png is None:
             missing.append((p.title, p.hint))
             continue
         (out / f"{p.name}.png").write_bytes(png)
         figures.append((p.name, p.title, png))
-    page = _page(run_dir, metrics, figures, missing)
+    page = _page(run_dir, metrics, figures, missing, drawn)
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
 
 
 def _page(run_dir: Path, metrics: RunMetrics, figures: Sequence[tuple[str, str, bytes]],
-          missing: Sequence[tuple[str, str]]) -> str:
+          missing: Sequence[tuple[str, str]], drawn: bool = True) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>grpo-run report: {e(run_dir.name)}</title>",
              f"<style>{_CSS}</style></head><body>",
@@ -74,6 +88,9 @@ def _page(run_dir: Path, metrics: RunMetrics, figures: Sequence[tuple[str, str, 
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<figure id='{e(name)}'><img alt='{e(title)}' src='data:image/png;base64,{data}'></figure>")
     parts.append("</div>")
+    if not drawn:
+        parts.append(f"<p class='missing'>No curves: {e(NEEDS_MATPLOTLIB)} (the table above has each "
+                     "headline metric's last value; metrics.jsonl has every step).</p>")
     if missing:
         parts.append("<p class='missing'>Not in this run: " + "; ".join(
             f"{e(title)} ({e(hint)})" if hint else e(title) for title, hint in missing) + "</p>")

@@ -40,6 +40,9 @@ class ConfigIssue:
 
     path: str
     message: str
+    about_machine: bool = attrs.field(default=False, kw_only=True)
+    """The problem is this machine's, not the config's (a package not installed here): ``grpo-run
+    plan`` for another machine sets it aside and says so."""
 
 
 class ConfigError(UserError):

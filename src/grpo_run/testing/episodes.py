@@ -135,6 +135,11 @@ class _ScriptedChat:
     def turns_left(self) -> int:
         return max(0, 4 - self.calls)
 
+    def waiting(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
 
 def _check_driven(env: Any, row: Mapping[str, Any], reply: str, report: Reporter) -> None:
     """**run_episode**: with a chat answering ``reply``, it makes a call and returns a reward."""

@@ -51,7 +51,8 @@ def check_sampler(cls: type, config: Any = None, rows: Sequence[Mapping[str, Any
     if isinstance(original, RewardFeedbackSampler):
         try:
             for i, row in enumerate(drawn):
-                original.update(str(row["id"]), [1.0, 1.0] if i == 0 else [1.0, 0.0], 1.0)
+                original.update(str(row["id"]), [1.0, 1.0] if i == 0 else [1.0, 0.0],
+                                [True, True] if i == 0 else [True, False])
         except Exception as exc:
             raise report.fail("feedback", f"update() raised {type(exc).__name__}: {exc}") from exc
     state = original.state_dict()

@@ -381,10 +381,10 @@ def test_plugin_name_must_be_a_string_and_task_needs_one(registry: ComponentRegi
             "data.eval",
             "a [task] makes its own eval rows",
         ),
-        (
-            {"task": None, "data": {"train": [{"path": "a.jsonl"}]}},
+        (  # the default 10 runs without evaluations (a train-only config); a value the user chose asks for them
+            {"task": None, "train": {"local_eval_every": 5}, "data": {"train": [{"path": "a.jsonl"}]}},
             "train.local_eval_every",
-            "is 10 but there are no eval rows",
+            "is 5 but there are no eval rows",
         ),
         (
             {"task": None, "train": {"local_eval_every": 0}, "data": {"train": [{"path": "a.jsonl", "verifier": "mth"}]}},
@@ -592,6 +592,7 @@ def test_config_to_dict_writes_plugin_slots_with_all_fields(registry: ComponentR
         "reference": "frozen",
         "ref_policy_update_freq": 1,
         "alpha": 0.6,
+        "reference_dtype": "auto",
     }
     assert out["task"] == {"name": "arithmetic", "num_digits": 2, "operators": ["+", "-"], "difficulty": "easy"}
     assert out["engine"] == {"name": "hf", "num_engines": 1}  # batch_size is None: omitted
@@ -672,9 +673,11 @@ def test_issue4_invariants_fire_with_their_path(
 
 def test_loss_denominator_type_and_valid_values(registry: ComponentRegistry) -> None:
     assert messages_at(with_(algorithm={"loss_denominator": "tokens"}), registry) == {
-        "algorithm.loss_denominator": "expected 'token' or a float, got string 'tokens'"
+        "algorithm.loss_denominator": "expected 'token' or a number (as text too: \"1024\"), got string 'tokens'"
     }
     assert parse_config(with_(algorithm={"loss_denominator": 256}), registry).algorithm.loss_denominator == 256.0
+    # Open Instruct's string form of a constant denominator.
+    assert parse_config(with_(algorithm={"loss_denominator": "1024"}), registry).algorithm.loss_denominator == 1024.0
     assert parse_config(VALID, registry).algorithm.loss_denominator == "token"
 
 
@@ -794,3 +797,42 @@ def test_rewards_past_1e6_are_refused_when_the_config_is_read(tmp_path: Path, re
         "(from --set verifiers.math.weight=1e308)",
     ]
     assert load_config(path, registry, ["verifiers.math.weight=1e6"]).verifiers["math"].weight == 1e6
+
+
+def test_a_low_precision_polyak_reference_is_a_warning(registry: ComponentRegistry) -> None:
+    polyak = {"beta": 0.01, "reference": "polyak", "alpha": 0.05}
+    cfg = parse_config(with_(kl={**polyak, "reference_dtype": "bfloat16"}), registry)
+    # bf16 keeps 8 significant bits: half a unit in the last place is 2^-9..2^-8 of a weight.
+    assert config_warnings(cfg) == [
+        'kl.reference_dtype = "bfloat16" with kl.reference = "polyak": each update moves a reference weight by '
+        "kl.alpha = 0.05 times its distance to the policy, and bfloat16 rounds away moves below 0.20%-0.39% of "
+        'the weight, so the reference stalls where it is close to the policy; "auto" keeps a Polyak reference '
+        "in model.dtype (float32)"
+    ]
+    assert cfg.kl.reference_dtype_for("float32", "bfloat16", "cuda:0") == "bfloat16"
+    # "auto" keeps the Polyak reference in model.dtype; a frozen one in bf16 is not warned about.
+    auto = parse_config(with_(kl=polyak, model={"autocast": "bfloat16"}), registry)
+    assert config_warnings(auto) == [] and auto.kl.reference_dtype_for("float32", "bfloat16", "cuda:0") == "float32"
+    frozen = parse_config(with_(kl={"beta": 0.01, "reference_dtype": "bfloat16"}), registry)
+    assert config_warnings(frozen) == []
+    assert frozen.kl.reference_dtype_for("float32", "none", "cpu") == "bfloat16"
+
+
+@pytest.mark.parametrize(("model_dtype", "autocast", "device", "held"), [
+    ("float32", "bfloat16", "cuda:0", "bfloat16"),  # the compute dtype on CUDA
+    ("float32", "none", "cuda", "float32"),
+    ("bfloat16", "none", "cuda", "bfloat16"),
+    ("float16", "none", "cuda:1", "float16"),
+    ("float32", "bfloat16", "cpu", "float32"),  # model.dtype on the CPU
+])
+def test_an_auto_reference_is_held_in_the_compute_dtype_on_cuda(
+    registry: ComponentRegistry, model_dtype: str, autocast: str, device: str, held: str
+) -> None:
+    cfg = parse_config(with_(kl={"beta": 0.01}), registry)
+    assert cfg.kl.reference_dtype == "auto"
+    assert cfg.kl.reference_dtype_for(model_dtype, autocast, device) == held
+
+
+def test_an_unknown_reference_dtype_names_the_key(registry: ComponentRegistry) -> None:
+    with pytest.raises(ConfigError, match=r"kl\.reference_dtype"):
+        parse_config(with_(kl={"beta": 0.01, "reference_dtype": "float8"}), registry)

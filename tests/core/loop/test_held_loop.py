@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from grpo_run.core.loop.held_loop import save_on_held_loop
-from grpo_run.core.loop.observers import Checkpointer
+from grpo_run.core.loop.held_loop import HoldTally, save_on_held_loop
+from grpo_run.core.loop.observers import Checkpointer, StepEvent
 
 
 def _loop(version: int, learner_busy: int | None = None) -> SimpleNamespace:
@@ -38,3 +38,15 @@ def test_a_learner_step_in_progress_is_not_saved_and_the_previous_checkpoint_sta
 def test_a_loop_no_longer_held_saves_on_its_own(tmp_path):
     result, saved = _save(tmp_path, _loop(3), held=None)
     assert result is None and saved == []
+
+
+def test_the_hold_tally_adds_up_a_steps_holds_the_one_going_on_included_and_starts_afresh_each_step():
+    tally = HoldTally(start_step=3)
+    assert tally.total(None) is None
+    tally.add("environment 'x' step", 2.0)
+    tally.add("environment 'x' step", 1.5)
+    assert tally.total(("async verifier 'v'", 4.0)) == (
+        "code has held the event loop for 8 s in total since step 3 (3 holds, the longest 4 s: "
+        "environment 'x' step 2x, async verifier 'v' 1x)", 7.5)
+    tally.on_step(StepEvent(step=4, metrics={}))
+    assert tally.total(None) is None

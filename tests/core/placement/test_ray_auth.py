@@ -2,7 +2,7 @@
 a head node started with ``ray start --head`` and ``RAY_AUTH_MODE=token`` on this machine (its
 own home directory, so its own ``~/.ray/auth_token``), and ``grpo-run`` as the driver, with and
 without the cluster's token. Ray's own error was ~20 retry warnings and a traceback ending in
-``ConnectionError: Failed to connect to Ray cluster``."""
+``ConnectionError: Failed to connect to Ray cluster``; then the one line came after those warnings."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def test_a_driver_without_the_clusters_token_is_told_so_in_one_line(head, tmp_pa
     done = run_grpo([str(_config(tmp_path, tiny_model_dir)), "--output-dir", str(tmp_path / "run")], limit_s=180)
 
     assert done.returncode == 2 and "Traceback" not in done.output, done.output
+    assert len(done.lines) == 2, done.output  # the run directory, then one line: Ray's ~20 retry lines are in the log
     assert re.fullmatch(
         rf"error: cannot join the Ray cluster at RAY_ADDRESS={address}: it uses Ray's token-based authentication and "
         rf"refused this process \(RAY_AUTH_MODE is not set here; there is no file {re.escape(str(home))}/.ray/auth_token\)"

@@ -12,7 +12,6 @@ import pytest
 from grpo_run import EnvStep
 from grpo_run.core.config.environment import EnvironmentSlot
 from grpo_run.core.plugins.types import SamplingParams
-from grpo_run.core.rollout.episode_clock import EpisodeClock
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.plugins.models.sources import CHECKPOINTS_DIR
 from grpo_run.plugins.renderers.tiny import TinyChatConfig, TinyChatRenderer
@@ -116,31 +115,3 @@ def test_waiting_for_a_free_environment_thread_does_not_count(tiny_tokenizer):
     results = run_all(SlowStepEnv(0.3), engine, tiny_tokenizer, episode_timeout_s=0.5, workers=1)
 
     assert [type(r).__name__ for r in results] == ["Episode"] * 4, results
-
-
-def test_the_clock_stands_still_while_any_wait_of_the_episode_lasts():
-    async def go() -> EpisodeClock:
-        clock = EpisodeClock(0.3)
-        async with clock.running():
-            with clock.waiting():
-                with clock.waiting():  # nested and overlapping waits (concurrent calls of one agent)
-                    await asyncio.sleep(0.2)
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(0.1)
-        return clock
-
-    clock = asyncio.run(go())
-    assert not clock.expired
-    assert 0.1 <= clock.spent_s < 0.3 and clock.waited_s >= 0.4
-
-    async def over() -> None:
-        clock = EpisodeClock(0.3)
-        async with clock.running():
-            with clock.waiting():
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(5)
-
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
-        asyncio.run(over())
-    assert time.monotonic() - started < 2

@@ -30,7 +30,7 @@ class Sampler:
     def sample(self, n):
         return [{"id": str(i)} for i in range(n)]
 
-    def update(self, row_id, rewards, max_reward):  # a RewardFeedbackSampler
+    def update(self, row_id, rewards, solved):  # a RewardFeedbackSampler
         self.updates.append((row_id, list(rewards)))
 
     def state_dict(self):

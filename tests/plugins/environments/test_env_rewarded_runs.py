@@ -56,12 +56,14 @@ progress = false
 def test_solved_follows_the_threshold_or_the_verifiers():
     # No threshold and verifiers that can reward the row: their verdict alone (env reward ignored).
     assert success_bar(1.0, None) is None
-    assert episode_solved(1.0, 1.0, 0.0, None) and not episode_solved(0.0, 1.0, 5.0, None)
+    assert episode_solved(True, 1.0, 1.0, 0.0, None) and not episode_solved(False, 0.0, 1.0, 5.0, None)
+    # (the verdict is the correctness verifiers', even where a format reward kept the reward below its maximum)
+    assert episode_solved(True, 1.0, 2.0, 0.0, None)
     # Only the environment rewards the row: its reward must reach 1.0 ...
     assert success_bar(0.0, None) == 1.0
-    assert episode_solved(0.0, 0.0, 1.0, None) and not episode_solved(0.0, 0.0, 0.99, None)
+    assert episode_solved(False, 0.0, 0.0, 1.0, None) and not episode_solved(False, 0.0, 0.0, 0.99, None)
     # ... or the configured threshold, on the whole reward (verifiers' + environment's).
-    assert episode_solved(0.25, 1.0, 0.5, 0.75) and not episode_solved(0.25, 1.0, 0.25, 0.75)
+    assert episode_solved(False, 0.25, 1.0, 0.5, 0.75) and not episode_solved(True, 0.25, 1.0, 0.25, 0.75)
 
 
 def test_an_environment_rewarded_run_reports_its_successes(tmp_path, capsys, monkeypatch):

@@ -158,9 +158,9 @@ def test_active_draws_like_uniform_until_feedback() -> None:
 
 def test_active_retires_solved_prompts() -> None:
     sampler = _active(threshold=1.0)
-    sampler.update("p-0", [1.0, 1.0, 1.0, 1.0], max_reward=1.0)  # pass rate 1 -> retired
-    sampler.update("p-1", [1.0, 1.0, 1.0, 0.0], max_reward=1.0)  # 0.75 < 1 -> stays
-    sampler.update("p-2", [0.7 + 0.2 + 0.1] * 2, max_reward=1.0)  # 0.9999999999999999 counts as a pass
+    sampler.update("p-0", [1.0, 1.0, 1.0, 1.0], [True] * 4)  # pass rate 1 -> retired
+    sampler.update("p-1", [1.0, 1.0, 1.0, 0.0], [True, True, True, False])  # 0.75 < 1 -> stays
+    sampler.update("p-2", [1.5, 1.0], [True, True])  # the rewards do not matter: a format reward beside math
     assert sampler.retired == {"p-0", "p-2"} and sampler.num_retired == 2
     assert sampler.pass_rates == {"p-0": 1.0, "p-1": 0.75, "p-2": 1.0}
     drawn = collections.Counter(_ids(sampler.sample(40)))
@@ -169,20 +169,20 @@ def test_active_retires_solved_prompts() -> None:
 
 def test_active_threshold_and_latest_group() -> None:
     sampler = _active(threshold=0.5)
-    sampler.update("p-0", [2.0, 2.0, 0.0, 1.0], max_reward=2.0)  # 2 of 4 at the max -> 0.5 -> retired
-    sampler.update("p-1", [2.0, 0.0, 0.0, 1.0], max_reward=2.0)  # 0.25 -> stays
-    sampler.update("p-1", [0.0, 0.0, 0.0, 0.0], max_reward=2.0)  # latest group counts: 0.0
+    sampler.update("p-0", [2.0, 2.0, 0.0, 1.0], [True, True, False, False])  # 2 of 4 solved -> 0.5 -> retired
+    sampler.update("p-1", [2.0, 0.0, 0.0, 1.0], [True, False, False, False])  # 0.25 -> stays
+    sampler.update("p-1", [2.0, 2.0, 2.0, 2.0], [False] * 4)  # latest group counts: 0.0 (full reward, none correct)
     assert sampler.retired == {"p-0"} and sampler.pass_rates["p-1"] == 0.0
     never = _active(threshold=None)
-    never.update("p-0", [1.0, 1.0], max_reward=1.0)
+    never.update("p-0", [1.0, 1.0], [True, True])
     assert never.retired == set() and never.pass_rates["p-0"] == 1.0
 
 
 def test_active_all_retired_raises() -> None:
     sampler = _active(n=2)
-    sampler.update("p-0", [1.0], 1.0)
+    sampler.update("p-0", [1.0], [True])
     assert _ids(sampler.sample(3)) == ["p-1"] * 3
-    sampler.update("p-1", [1.0], 1.0)
+    sampler.update("p-1", [1.0], [True])
     with pytest.raises(AllPromptsRetiredError, match="all 2 prompts are retired") as info:
         sampler.sample(1)
     assert isinstance(info.value, RunError)
@@ -191,9 +191,9 @@ def test_active_all_retired_raises() -> None:
 def test_active_feedback_errors() -> None:
     sampler = _active()
     with pytest.raises(KeyError, match="no prompt with id 'nope'"):
-        sampler.update("nope", [1.0], 1.0)
-    with pytest.raises(ValueError, match="empty reward group"):
-        sampler.update("p-0", [], 1.0)
+        sampler.update("nope", [1.0], [True])
+    with pytest.raises(ValueError, match="empty group"):
+        sampler.update("p-0", [], [])
     with pytest.raises(ValueError, match="duplicated ids: a"):
         ActiveSampler(ActiveSamplerConfig(), [{"id": "a"}, {"id": "a"}], 0)
     with pytest.raises(ValueError, match="rows without an id: #1"):
@@ -208,7 +208,7 @@ def test_active_state_round_trip() -> None:
             out += _ids(batch)
             for row in batch:  # deterministic feedback: even-numbered prompts get solved
                 solved = int(row["id"].split("-")[1]) % 2 == 0
-                sampler.update(row["id"], [1.0 if solved else 0.0] * 4, 1.0)
+                sampler.update(row["id"], [1.0 if solved else 0.0] * 4, [solved] * 4)
         return out
 
     uninterrupted = run(_active(n=11, seed=2), range(7))

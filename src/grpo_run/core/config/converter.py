@@ -17,7 +17,7 @@ import cattrs
 from cattrs.errors import ClassValidationError
 
 from grpo_run.core.config.data_sections import TransformSlot
-from grpo_run.core.config.formatting import describe_value, unknown_key_error, with_key
+from grpo_run.core.config.formatting import UnknownKeyError, describe_value, unknown_key_error, with_key
 from grpo_run.core.config.hooks import register_strict_hooks, structure_attrs
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.config.slots import KLSlot, PluginSlot
@@ -53,7 +53,7 @@ def structure_run_config(converter: cattrs.Converter, registry: ComponentRegistr
     fields = attrs.fields(RunConfig)
     hints = typing.get_type_hints(RunConfig)
     known = [f.name for f in fields]
-    errors: list[Exception] = [unknown_key_error(key, known) for key in data if key not in known]
+    errors: list[Exception] = [unknown_key_error(key, known, data[key]) for key in data if key not in known]
     values: dict[str, Any] = {}
     for f in fields:
         fam = family_of_slot(f.name)
@@ -118,10 +118,27 @@ def _structure_slot(
             try:
                 config = structure_attrs(converter, config_cls, rest, extra_keys=core_keys)
             except ClassValidationError as exc:
+                for sub in exc.exceptions:
+                    if isinstance(sub, UnknownKeyError):
+                        sub.hint = _other_components_option(registry, family, name, sub.key)
                 errors.extend(exc.exceptions)
     if errors:
         raise ClassValidationError(f"while structuring {slot_cls.__name__}", errors, slot_cls)
     return attrs.evolve(slot, config=config)  # type: ignore[misc]
+
+
+def _other_components_option(registry: ComponentRegistry, family: Family[Any], chosen: str, key: str) -> str:
+    """`` (an option of engine "vllm"; this engine is "hf")`` when other components of the family
+    take ``key``, else ``""`` (then the key's name decides the hint)."""
+    owners = []
+    for other in registry.names(family):
+        config_cls = registry.get(family, other).Config if other != chosen else None
+        if config_cls is not None and attrs.has(config_cls) and key in attrs.fields_dict(config_cls):
+            owners.append(f'"{other}"')
+    if not owners:
+        return ""
+    listed = owners[0] if len(owners) == 1 else f"{', '.join(owners[:-1])} and {owners[-1]}"
+    return f' (an option of {family} {listed}; this {family} is "{chosen}")'
 
 
 def structure_components(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from grpo_run.core.config.schema import RunConfig
+import attrs
+
+from grpo_run.core.config.schema import RunConfig, TrainSection
 from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.registry import did_you_mean
 
@@ -25,8 +27,10 @@ def eval_sources_need_train_sources(cfg: RunConfig) -> list[ConfigIssue]:
 
 
 def eval_needs_eval_rows(cfg: RunConfig) -> list[ConfigIssue]:
-    """Periodic evaluation needs somewhere to take eval prompts from."""
-    if cfg.train.local_eval_every == 0 or cfg.task is not None or cfg.data.eval:
+    """Periodic evaluation needs somewhere to take eval prompts from: a value other than the
+    default asks for it (a train-only config with the default just runs without evaluations)."""
+    default = attrs.fields(TrainSection).local_eval_every.default
+    if cfg.train.local_eval_every in (0, default) or cfg.task is not None or cfg.data.eval:
         return []
     return [
         ConfigIssue(

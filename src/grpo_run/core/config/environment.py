@@ -17,6 +17,13 @@ from grpo_run.core.config.slots import PluginSlot
 from grpo_run.core.config.validators import positive
 from grpo_run.core.plugins.types import check_reward_interval
 
+TIMING_FLOOR_S = 0.5
+"""Below this, ``step_timeout_s`` and ``episode_timeout_s`` are within what a loaded machine adds
+to a call that returns at once (thread scheduling, the interpreter's lock): such a limit fails
+episodes for time that was not theirs. Measured (docs/reliability.md): episodes of three calls
+that return at once, 128 at a time on a 2-core machine with three CPU-bound processes beside,
+were counted up to 0.22 s (a call up to 0.07 s; the median episode 0.08 ms)."""
+
 
 @attrs.frozen
 class EnvironmentSlot(PluginSlot):
@@ -38,9 +45,10 @@ class EnvironmentSlot(PluginSlot):
     """Limit of one ``reset``/``step``/``finish`` call; an overrun drops the episode."""
     episode_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0), kw_only=True)
     """Limit of the environment's own time in one episode: its ``reset``/``step``/``finish``/``close``
-    calls (the tools they call included), or, with ``run_episode``, everything but its model calls.
-    Waiting for generation (the batched turns of all episodes, the learner and weight syncs in
-    between) or for a free environment thread does not count. An overrun drops the episode."""
+    calls (the tools they call included), or, with ``run_episode`` (an agent), its code running
+    and its awaits other than its model calls. Waiting for generation (the batched turns of all
+    episodes, the learner and weight syncs in between), for a free environment thread, or behind a
+    busy event loop (other episodes' code) does not count. An overrun drops the episode."""
     reward_range: tuple[float, float] = attrs.field(default=(-100.0, 100.0), validator=check_reward_interval, kw_only=True)
     """The closed interval each reward of the environment must lie in: every ``step``'s, ``finish``'s
     and ``run_episode``'s. A reward outside it (``1e308``, a score in the thousands) fails its

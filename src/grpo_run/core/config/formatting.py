@@ -15,7 +15,7 @@ from typing import Any
 
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
-from grpo_run.core.config.peer_names import unknown_key_hint
+from grpo_run.core.config.peer_names import is_peer_table, peer_leaves, unknown_key_hint
 from grpo_run.core.config.toml_writer import toml_key
 from grpo_run.core.errors import ConfigIssue
 from grpo_run.core.plugins.registry import did_you_mean
@@ -37,7 +37,20 @@ _ATTRS_COMPARISON = re.compile(r"^'(?P<name>[^']+)' must be (?P<op>[<>]=?) (?P<b
 
 
 class UnknownKeyError(ValueError):
-    """A key that the table's class does not have."""
+    """A key that the table's class does not have; the message says where grpo-run keeps it, once
+    the whole key path is known (:func:`issues_from_exception`)."""
+
+    def __init__(self, key: str, allowed: Collection[str], value: Any = None, hint: str = "") -> None:
+        self.key, self.allowed, self.value = key, list(allowed), value
+        self.hint = hint
+        """Set by the caller when it knows better than the key's name (another component's option)."""
+        super().__init__(self.message((key,)))
+
+    def message(self, path: Sequence[str | int]) -> str:
+        """``unknown key (grpo-run calls it optim.lr)`` for the key at ``path``."""
+        # What grpo-run knows a key to mean (a peer's name, another table's key) beats a close spelling.
+        hint = self.hint or unknown_key_hint(path) or did_you_mean(self.key, sorted(self.allowed))
+        return f"unknown key{hint}"
 
 
 class MissingKeyError(ValueError):
@@ -70,11 +83,11 @@ def with_key(exc: Exception, key: str | int) -> Exception:
     return exc
 
 
-def unknown_key_error(key: str, allowed: Collection[str]) -> UnknownKeyError:
+def unknown_key_error(key: str, allowed: Collection[str], value: Any = None) -> UnknownKeyError:
     """``unknown key (grpo-run calls it optim.lr)`` when ``key`` is a peer framework's name or a key
-    of another table, else ``unknown key (did you mean 'temperature'?)``; placed under ``key``."""
-    # What grpo-run knows a key to mean (a peer's name, another table's key) beats a close spelling.
-    exc = UnknownKeyError(f"unknown key{unknown_key_hint(key) or did_you_mean(key, sorted(allowed))}")
+    of another table, else ``unknown key (did you mean 'temperature'?)``; placed under ``key``.
+    ``value``: what the table holds under it (a peer's table is looked into key by key)."""
+    exc = UnknownKeyError(key, allowed, value)
     with_key(exc, key)
     return exc
 
@@ -99,6 +112,13 @@ def _walk(exc: BaseException, path: tuple[str | int, ...]) -> Iterator[ConfigIss
     if isinstance(exc, BaseExceptionGroup):
         for sub in exc.exceptions:
             yield from _walk(sub, path + _note_parts(sub))
+        return
+    if isinstance(exc, UnknownKeyError):
+        if not exc.hint and is_peer_table(path, exc.value):  # ROLL's [actor_train]: each of its keys
+            for leaf, hint in peer_leaves(path, exc.value):
+                yield ConfigIssue(join_path(leaf), f"unknown key{hint}")
+            return
+        yield ConfigIssue(join_path(path), exc.message(path))
         return
     yield ConfigIssue(join_path(path), describe_exception(exc, path[-1] if path else None))
 

@@ -68,7 +68,7 @@ def structure_attrs(
     hints = _type_hints(cls)
     by_key = {f.name: f for f in fields}
     errors: list[Exception] = [
-        unknown_key_error(key, [*by_key, *extra_keys])
+        unknown_key_error(key, [*by_key, *extra_keys], data[key])
         for key in data
         if key not in by_key and key not in extra_keys
     ]

@@ -82,6 +82,22 @@ def rows_scored_without_their_verifiers(cfg: RunConfig) -> list[ConfigIssue]:
                         "give rewards, and none of the enabled ones does")]
 
 
+def correctness_verifiers_are_enabled(cfg: RunConfig) -> list[ConfigIssue]:
+    """``scoring.correctness_verifiers`` as a list names verifiers the run enables."""
+    names = cfg.scoring.correctness_verifiers
+    if isinstance(names, str):
+        return []
+    if not names:
+        return [ConfigIssue("scoring.correctness_verifiers", 'is empty; name verifiers (e.g. ["math"]), or use '
+                            '"auto" (those the rows name) or "reward" (the whole reward reaching its maximum)')]
+    unknown = [name for name in names if name not in cfg.verifiers]
+    if not unknown:
+        return []
+    enabled = ", ".join(cfg.verifiers) or "none"
+    return [ConfigIssue("scoring.correctness_verifiers", f"names {', '.join(map(repr, unknown))}, not an enabled "
+                        f"verifier (enabled: {enabled})")]
+
+
 def _weight(config: Any) -> float:
     return float(config.weight) if isinstance(config, VerifierConfig) else 1.0
 
@@ -215,6 +231,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     groups_can_have_spread,
     some_reward_enabled,
     rows_scored_without_their_verifiers,
+    correctness_verifiers_are_enabled,
     *DATA_RULES,
     loss_denominator_is_token_or_positive,
     kl_penalty_needs_reference,

@@ -26,12 +26,15 @@ OVERRIDE_SOURCE = "--set"
 _TOML_POSITION = re.compile(r"^(?P<what>.*) \(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
 
 
-def load_config(path: str | os.PathLike[str], registry: ComponentRegistry, overrides: Sequence[str] = ()) -> RunConfig:
+def load_config(path: str | os.PathLike[str], registry: ComponentRegistry, overrides: Sequence[str] = (),
+                set_aside: list[ConfigIssue] | None = None) -> RunConfig:
     """Read the TOML file at ``path``, apply ``overrides`` (``a.b.c=value``) and structure it.
 
     Raises :class:`ConfigError` listing every problem: a missing or unreadable file, a TOML syntax
     error (with line and column), malformed overrides, unknown keys, wrong types, failed
-    validators and broken invariants. Issues caused by an override say so.
+    validators and broken invariants. Issues caused by an override say so. With ``set_aside``,
+    issues about this machine rather than the config (a package not installed here) go there
+    instead (``grpo-run plan`` plans for another machine).
     """
     source = os.fspath(path)
     data = read_toml(Path(path), source)
@@ -40,12 +43,13 @@ def load_config(path: str | os.PathLike[str], registry: ComponentRegistry, overr
         registry.import_dirs.append(config_dir)
     data = apply_overrides(data, overrides)
     try:
-        return parse_config(data, registry, source)
+        return parse_config(data, registry, source, set_aside=set_aside)
     except ConfigError as err:
         raise ConfigError(source, [_blame_override(issue, overrides) for issue in err.issues]) from err
 
 
-def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: str = "<config>") -> RunConfig:
+def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: str = "<config>",
+                 set_aside: list[ConfigIssue] | None = None) -> RunConfig:
     """Structure already-parsed TOML data into a :class:`RunConfig` and check its invariants.
 
     ``source`` names the data in error messages (usually the file name).
@@ -59,6 +63,9 @@ def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: s
     cfg, issues = apply_run_defaults(cfg)
     issues += check_invariants(cfg)
     issues += lora_sync_issues(cfg, registry)
+    if set_aside is not None:
+        set_aside += [issue for issue in issues if issue.about_machine]
+        issues = [issue for issue in issues if not issue.about_machine]
     if issues:
         raise ConfigError(source, issues)
     return cfg

@@ -107,7 +107,7 @@ def extras_installed(cfg: RunConfig) -> list[ConfigIssue]:
     if cfg.distributed.backend == "ray":
         needed.append(("distributed.backend", "ray", "ray"))
     return [
-        ConfigIssue(key, f'"{module}" needs the {module} package: pip install "grpo-run[{extra}]"')
+        ConfigIssue(key, f'"{module}" needs the {module} package: pip install "grpo-run[{extra}]"', about_machine=True)
         for key, module, extra in needed
         if importlib.util.find_spec(module) is None
     ]

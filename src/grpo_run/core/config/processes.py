@@ -160,7 +160,11 @@ class DistributedSection:
     (one bundle per actor); unset: Ray places each actor on its own."""
     startup_timeout_s: float = attrs.field(default=300.0, validator=v.gt(0.0))
     """Actors (and the placement group) not running within this time fail the run, naming what
-    the cluster could not provide."""
+    the cluster could not provide. A placement the cluster's nodes can never hold (``STRICT_SPREAD``
+    over more actors than nodes, a resource no node has) fails at once, without waiting."""
+    join_timeout_s: float = attrs.field(default=30.0, validator=v.gt(0.0))
+    """Joining the cluster at ``RAY_ADDRESS``: no answer within this time fails the run in one line
+    (Ray itself retries for minutes); its retry messages go to the run's log."""
 
     def resources_of(self, kind: Literal["engine", "learner", "scoring"]) -> ActorResources:
         given = {"engine": self.engine_resources, "learner": self.learner_resources,

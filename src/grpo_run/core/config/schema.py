@@ -137,6 +137,17 @@ class RolloutSection:
     """Rollout batches that may be generated ahead of the learner; 1 = synchronous."""
 
 
+def _number_in_text(value: Any) -> Any:
+    """``"1024"`` -> ``1024.0`` (Open Instruct writes a constant denominator as text); numbers and
+    ``"token"`` as they are."""
+    if isinstance(value, str) and value != "token":
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"expected 'token' or a number (as text too: \"1024\"), got string {value!r}") from None
+    return value
+
+
 MismatchCorrection = Literal["none", "token-truncate", "token-mask", "sequence-truncate", "sequence-mask"]
 
 
@@ -164,8 +175,9 @@ class AlgorithmSection:
     """How per-token losses become one number, for every loss: ``token-mean`` (every loss token of
     the rollout batch weighs the same), ``seq-mean-token-mean`` (mean per sequence, then over
     sequences), ``seq-mean-token-sum`` (sum per sequence, mean over sequences)."""
-    loss_denominator: Literal["token"] | float = "token"
-    """``"token"``: divide by the token count the aggregation mode implies; a positive number C:
+    loss_denominator: Literal["token"] | float | str = attrs.field(default="token", converter=_number_in_text)
+    """``"token"``: divide by the token count the aggregation mode implies; a positive number C
+    (also written as text, Open Instruct's ``"1024"``):
     divide by C instead (``token-mean``: sum of all loss tokens / C; ``seq-mean-token-mean``:
     each sequence's sum / C, mean over sequences). Like the token count it replaces, C covers the
     whole rollout batch: every mini-batch and rank. Not with ``seq-mean-token-sum``."""
@@ -221,7 +233,9 @@ class TrainSection:
     total_steps: int = attrs.field(default=100, validator=positive)
     """Learner steps (rollout batches) to train for."""
     local_eval_every: int = attrs.field(default=10, validator=non_negative)
-    """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never."""
+    """Evaluate (greedy) every this many steps, and before the first and after the last; 0 = never.
+    A config without eval rows (no ``[[data.eval]]``, no ``[task]``) runs without evaluations at
+    the default; another value there is an error."""
     max_runtime_s: float = attrs.field(default=0.0, validator=non_negative)
     """Seconds the training loop may run, evaluations included (counted from the first
     evaluation; loading the model is not); 0 = no limit. When it runs out, generation and
@@ -234,7 +248,8 @@ class TrainSection:
     max_loop_hold_s: float = attrs.field(default=120.0, validator=non_negative)
     """Seconds an environment's or an async verifier's ``async def`` may hold the event loop
     without awaiting (a blocking call inside it) before the run stops by itself: nothing else runs
-    meanwhile and such a call cannot be cancelled. The run saves the last finished step when the
+    meanwhile and such a call cannot be cancelled. Also the most all such holds (each of 0.5 s or
+    more) may add up to between two training steps. The run saves the last finished step when the
     learner is idle, as after SIGTERM, names what held the loop and exits with 1; 0 = never."""
 
 
@@ -332,6 +347,17 @@ class ScoringSection:
     plain data, and only the verifiers that score every row (``all_rows``: plain reward functions,
     ``format``, ...) give rewards. ``grpo_run.train(reward_funcs=...)`` sets it to false when the
     config enables no verifier of its own."""
+    correctness_verifiers: Literal["auto", "reward"] | tuple[str, ...] = "auto"
+    """Which verifiers decide whether a completion is *solved*: ``eval/accuracy``,
+    ``reward/solve_rate``, the ``active`` sampler's pass rate and ``train.stop_at_eval_accuracy``
+    count those. ``"auto"``: the verifiers that check an answer, i.e. those a row names (not the
+    ones that score every row, such as ``format``, ``length`` or a reward model): solved when
+    each of them that scored the row reached the top of its score range (a format reward beside
+    ``math`` then leaves accuracy as ``math`` says); rows no such verifier scores (only
+    ``all_rows`` ones, as with plain reward functions) are solved when their whole reward
+    reaches its maximum. ``"reward"``: the whole reward reaches the most the row can score. A
+    list of verifier names (e.g. ``["math"]``): each of those that scored the row reached its
+    top; a row none of them scores is never solved."""
 
 
 @attrs.frozen

@@ -34,8 +34,8 @@ class EngineSlot(PluginSlot):
 class KLSlot:
     """The KL estimator, its weight, where the penalty goes and which policy it is measured against.
 
-    ``name``, ``beta``, ``placement``, ``reference``, ``ref_policy_update_freq`` and ``alpha`` are
-    core keys of the ``[kl]`` table; every other key configures the chosen estimator.
+    ``name``, ``beta``, ``placement``, ``reference``, ``reference_dtype``, ``ref_policy_update_freq``
+    and ``alpha`` are core keys of the ``[kl]`` table; every other key configures the chosen estimator.
     """
 
     name: str = "k3"
@@ -54,4 +54,23 @@ class KLSlot:
     alpha: float = attrs.field(default=0.6, validator=[v.gt(0.0), v.le(1.0)], kw_only=True)
     """``reference = "polyak"``: theta_ref <- alpha * theta + (1 - alpha) * theta_ref (Open Instruct's
     default 0.6; 1 copies the policy)."""
+    reference_dtype: Literal["auto", "float32", "bfloat16", "float16"] = attrs.field(default="auto", kw_only=True)
+    """The dtype the reference policy's weights are held in (it never trains: no master copy is
+    needed). ``"auto"``: on CUDA the dtype its forwards compute in (``model.autocast`` when set,
+    else ``model.dtype``), on the CPU ``model.dtype``; a ``"polyak"`` reference stays in
+    ``model.dtype``, since in bf16 its small moves towards the policy would be rounded away."""
     config: Any = None
+
+    def reference_dtype_for(self, model_dtype: str, autocast: str, device: str) -> str:
+        """The dtype the reference is held in, for weights in ``model_dtype`` on ``device``
+        (``"cuda..."`` or ``"cpu"``) under ``model.autocast = autocast``.
+
+        ``"auto"`` keeps a Polyak reference in ``model_dtype``: each update moves it by ``alpha``
+        times its distance to the policy, and bf16 (8 significant bits) rounds away a move below
+        0.2-0.4% of a weight, so a bf16 Polyak reference would stall wherever the policy is close
+        to it."""
+        if self.reference_dtype != "auto":
+            return self.reference_dtype
+        if self.reference == "polyak" or not device.startswith("cuda"):
+            return model_dtype
+        return autocast if autocast != "none" else model_dtype

@@ -77,6 +77,8 @@ def load_rows(cfg: RunConfig, registry: ComponentRegistry) -> LoadedRows:
     warnings = [f"{s.key} ({s.label}) has no rows" for s in summaries if s.key.startswith("data.eval") and s.used == 0]
     if cfg.data.eval and not evals and cfg.train.local_eval_every:
         warnings.append("no eval rows, so evaluation is off (train.local_eval_every is ignored)")
+    elif cfg.task is None and not cfg.data.eval and cfg.train.local_eval_every:
+        warnings.append("no [[data.eval]] source, so evaluation is off (no eval/accuracy); add one to evaluate")
     return LoadedRows(train=train, eval=evals, sources=summaries, warnings=warnings, origins=origins)
 
 

@@ -33,6 +33,7 @@ from contextlib import nullcontext
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from grpo_run.core.errors import UserError
@@ -48,6 +49,7 @@ from grpo_run.core.learner.logprobs import completion_logprobs
 from grpo_run.core.learner.micro import MicroBatch, MicroBatches, MicroMetrics, assemble_rows, pack_mini_batch, take_rows
 from grpo_run.core.learner.aggregation import LossNormaliser
 from grpo_run.core.learner.offpolicy import kl_reward_advantages, mismatch_weights, sampled_engine_logprobs
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.schedule import lr_lambda
 from grpo_run.core.learner.strategies.base import Strategy
 from grpo_run.core.learner.strategies.sharding import is_idle
@@ -68,13 +70,18 @@ class Learner:
     ``strategy`` (:mod:`grpo_run.core.learner.strategies`) decides how the policy is wrapped and
     stepped and which share of each mini-batch this process trains on; a data-parallel rank's
     loss normaliser counts tokens over all ranks. Default: one process.
+
+    ``reference``: the reference policy, used as given (the LoRA policy with its adapters off, a
+    test's model), or a :class:`~grpo_run.core.learner.reference.ReferenceLoader` that the strategy
+    calls once the policy is wrapped, holding the reference as it holds frozen weights (sharded
+    like the policy under fsdp2 and ZeRO-3).
     """
 
     def __init__(
         self,
         spec: LearnerSpec,
         policy: torch.nn.Module,
-        reference: torch.nn.Module | None,
+        reference: torch.nn.Module | ReferenceLoader | None,
         loss: Loss,
         kl: KLEstimator | None,
         *,
@@ -82,7 +89,6 @@ class Learner:
     ) -> None:
         self.spec = spec
         self.policy = policy
-        self.reference = reference
         self.loss = loss
         self.kl = kl
         self.beta = spec.kl.beta
@@ -91,6 +97,10 @@ class Learner:
         self.strategy = strategy if strategy is not None else Strategy()
         o = spec.optim
         self.optimizer = self.strategy.setup(policy, o, o.max_grad_norm)
+        # Loaded after the policy is wrapped (sharded): a rank never holds two whole models.
+        if isinstance(reference, ReferenceLoader):
+            reference = self.strategy.setup_reference(reference)
+        self.reference = reference
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, spec.total_steps))
         self.steps = 0
         budgets = _token_budgets(spec, policy)
@@ -99,6 +109,7 @@ class Learner:
         self.budget_line = budgets.line if AUTO in (spec.forward_tokens, spec.logprob_forward_tokens) else None
         """How an automatic budget was chosen."""
         self._planned_resident = budgets.resident
+        self._planned_peak = 0.0
         # The intra-op threads of the building thread (``train.num_threads``), re-applied in
         # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
         self.num_threads = torch.get_num_threads()
@@ -144,6 +155,7 @@ class Learner:
         micro = [pieces.split(i, b, self.forward_tokens) for i, b in enumerate(mini_batches)]
         multi_update = alg.num_epochs * len(mini_batches) > 1
         self.policy.train()
+        first_step = not self.optimizer.state  # its state is made by this step's first update
         recompute_old = multi_update and not alg.use_engine_logprobs_as_old
         old = [self._logprobs(self.policy, i, b, pieces) if recompute_old else None for i, b in enumerate(mini_batches)]
         refs = [self._logprobs(self.reference, i, b, pieces) if self._use_kl else None for i, b in enumerate(mini_batches)]
@@ -179,9 +191,14 @@ class Learner:
             largest = max((p.batch.num_real_tokens for parts in micro for p in parts if p.rows), default=0)
             passes = recompute_old or self._use_kl
             lp_tokens = min(max(b.num_real_tokens for b in mini_batches), self.logprob_forward_tokens or 2**62)
-            planned = self.spec.budget_plan.peak(self._planned_resident, largest, lp_tokens if passes else 0,
-                                                 micro_batches=max(len(parts) for parts in micro))
-            out["perf/planned_memory_gib"] = planned / 2**30
+            plan = self.spec.budget_plan
+            resident = self._planned_resident - (plan.optimizer_state if first_step else 0.0)  # made by this step
+            planned = max(plan.peak(resident, largest, lp_tokens if passes else 0,
+                                    micro_batches=max(len(parts) for parts in micro)),
+                          self._planned_resident + plan.other_peak)
+            # Beside the high-water mark, which only grows: the plan's peak of every step so far.
+            self._planned_peak = max(self._planned_peak, planned)
+            out["perf/planned_memory_gib"] = self._planned_peak / 2**30
         loss_tokens = float(sum(int(b.completion_mask.sum()) for b in trained))
         rank_totals = {"real_tokens": real, "capacity": capacity, "loss_tokens": loss_tokens, "rows": out["packing/rows"]}
         return self.strategy.combine_metrics(out, rank_totals)
@@ -237,7 +254,7 @@ class Learner:
         """:func:`completion_logprobs` of ``model`` at the learner's temperature, under autocast to
         the spec's ``model.autocast_dtype`` when mixed precision is on."""
         low = self.spec.model.autocast_dtype  # mixed precision: weights stay fp32, matmuls run in bf16
-        region = torch.autocast(batch.input_ids.device.type, dtype=low) if low is not None else nullcontext()
+        region = torch.autocast(batch.input_ids.device.type, dtype=low, cache_enabled=False) if low is not None else nullcontext()
         with region:
             return completion_logprobs(model, batch, temperature=self.temperature, layout=layout, entropy=entropy)
 
@@ -324,7 +341,9 @@ class Learner:
             "steps": self.steps,
         }
         if self.reference is not None and self.spec.kl.reference == "polyak":
-            state["reference"] = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
+            # Full weights on the main rank (gathered where sharded): a checkpoint resumes under
+            # any strategy and number of ranks.
+            state["reference"] = self.strategy.reference_state_dict(self.reference)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -337,8 +356,8 @@ class Learner:
         self.strategy.load_optimizer_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
-        if self.reference is not None and "reference" in state:
-            self.reference.load_state_dict(state["reference"])
+        if self.reference is not None and state.get("reference") is not None:
+            self.strategy.load_reference_state_dict(self.reference, state["reference"])
 
 
 def _token_budgets(spec: LearnerSpec, policy: torch.nn.Module) -> Budgets:
@@ -369,16 +388,18 @@ def build_learner(spec: LearnerSpec, **kwargs: Any) -> Learner:
     """Load the policy (and reference) and construct the learner; ``kwargs`` go to its constructor
     (``strategy`` for a data-parallel rank)."""
     model = spec.model
+    strategy = kwargs.get("strategy")
+    if strategy is not None:  # fsdp2 loads on the CPU and moves one unit at a time as it shards
+        model = attrs.evolve(model, device=strategy.load_device(model.device))
+        spec = attrs.evolve(spec, model=model)
     if model.lora is not None:
         policy, reference = _lora_policy(spec)
     else:
         policy = model.load(model.policy_from)
         if model.gradient_checkpointing:
             enable_activation_checkpointing(policy)
-        reference = None
-        if spec.uses_reference:  # frozen or Polyak: starts as the initial policy
-            reference = model.load()
-            reference.eval().requires_grad_(False)
+        # Frozen or Polyak: starts as the initial policy; the strategy loads it after the policy.
+        reference = ReferenceLoader(spec) if spec.uses_reference else None
     kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
     return Learner(spec, policy, reference, spec.loss.build(), kl, **kwargs)
 

@@ -38,6 +38,7 @@ from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.logprobs import batch_layout
 from grpo_run.core.learner.lora import wrap_policy
 from grpo_run.core.learner.micro import micro_batch_bins
+from grpo_run.core.learner.output_layer import chunk_rows
 from grpo_run.core.learner.simulate import cuda_kernels, full_logits_of, learner_model, rollout_sequences
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies.sharding import rank_shares
@@ -48,6 +49,8 @@ from grpo_run.core.rollout.packing import pack_sequences
 
 PROBE_LAYERS = 2
 """Decoder layers of the probe model: the second one's cost is what every layer adds."""
+PROBE_CHUNKS = 2
+"""The smaller probe point fills at least this many of the output layer's chunks."""
 
 
 def activation_costs(
@@ -70,15 +73,11 @@ def activation_costs(
 
 def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, layers: int,
            full_logits: bool = False) -> tuple[ActivationCost, ActivationCost]:
-    """The costs measured at a micro-batch of one rank's whole share of a mini-batch and one of
-    half of it: exact there, and an upper bound elsewhere (the output layer's chunks stop growing
-    with the tokens once full, which makes the cost concave)."""
-    groups = max(1, math.ceil(rollout.prompts / max(1, spec.algorithm.num_mini_batches)))
-    shapes = [RolloutShape(groups, rollout.samples, rollout.prompt_tokens, rollout.response_tokens)]
-    if groups > 1:
-        shapes.insert(0, attrs.evolve(shapes[0], prompts=groups // 2))
-    elif rollout.samples > 1:
-        shapes.insert(0, attrs.evolve(shapes[0], samples=rollout.samples // 2))
+    """The costs measured at two micro-batches of whole groups (:func:`probe_shapes`): exact
+    where the cost is linear in the tokens, and an upper bound below (the output layer's chunks
+    stop growing with the tokens once full, which makes the cost concave)."""
+    vocab = int(_text_config(config).vocab_size)
+    shapes = probe_shapes(rollout, spec.algorithm.num_mini_batches, chunk_rows(vocab), spec.algorithm.share_prompts)
     probed = [_measure(spec, _cut(config, PROBE_LAYERS), shape, device, full_logits) for shape in shapes]
     tokens = [shape.tokens for shape in shapes]
     if len(probed) == 1:  # one sequence: a line through the origin
@@ -90,6 +89,25 @@ def _probe(spec: LearnerSpec, config: Any, rollout: RolloutShape, device: str, l
     per_layer = (kept[1] - kept[0]) / (tokens[1] - tokens[0])
     no_grad = _line(tokens, [0, 0], [p.no_grad for p in probed], layers)
     return ActivationCost(tuple(pieces), per_layer_token=per_layer), ActivationCost((no_grad,))
+
+
+def probe_shapes(rollout: RolloutShape, num_mini_batches: int, chunk: int, share_prompts: bool) -> list[RolloutShape]:
+    """The micro-batches the probe measures: ``g`` and ``2 g`` groups of the rollout's sequences,
+    ``g`` the fewest whose output-layer pass fills :data:`PROBE_CHUNKS` chunks of ``chunk`` tokens
+    (past that every cost grows linearly with the groups, so two points give the line); where a
+    mini-batch has fewer groups than ``2 g``, the mini-batch and half of it (or of its samples)."""
+    groups = max(1, math.ceil(rollout.prompts / max(1, num_mini_batches)))
+    per_group = RolloutShape(1, rollout.samples, rollout.prompt_tokens, rollout.response_tokens)
+    streamed = per_group.tokens * per_group.stream_fraction(share_prompts)
+    g = max(1, math.ceil(PROBE_CHUNKS * chunk / max(1.0, streamed)))
+    if 2 * g <= groups:
+        return [attrs.evolve(per_group, prompts=g), attrs.evolve(per_group, prompts=2 * g)]
+    whole = attrs.evolve(per_group, prompts=groups)
+    if groups > 1:
+        return [attrs.evolve(whole, prompts=groups // 2), whole]
+    if rollout.samples > 1:
+        return [attrs.evolve(whole, samples=rollout.samples // 2), whole]
+    return [whole]
 
 
 def _line(tokens: list[int], per_layer: list[int], rest: list[int], layers: int) -> tuple[float, float]:

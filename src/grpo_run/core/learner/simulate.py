@@ -12,15 +12,20 @@ For a CUDA target the pieces that differ on that device stand in: the fused varl
 kernel (the tensors it keeps: ``out`` and a float32 log-sum-exp per head and token, and in the
 backward the three input gradients and a float32 accumulator for the query's) and AdamW's
 multi-tensor (``foreach``) step, the CUDA default, whose temporaries are as large as the trainable
-weights. Autocast uses the CPU's op lists, which cast matmuls as CUDA's do. One process only:
-data-parallel and sharded strategies are planned, not simulated.
+weights. Autocast uses the CPU's op lists, which cast matmuls as CUDA's do.
+
+A sharded learner (``fsdp2``, and DeepSpeed ZeRO-3, which shards the same things) is simulated as
+its rank 0: torch's ``fake`` process group stands in for the other ranks (collectives return at
+once, an all-gather's output is allocated as a real one is), so ``fully_shard`` shards the weights,
+gradients and optimizer state and gathers each unit for its forward and backward as it would on
+the GPUs. Other data-parallel strategies are simulated as one process.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -32,7 +37,11 @@ from grpo_run.core.learner.learner import Learner
 from grpo_run.core.learner.lora import AdapterDisabledView, wrap_policy
 from grpo_run.core.learner import logprobs
 from grpo_run.core.compat import enable_activation_checkpointing, torch_varlen_attention
+from grpo_run.core.config.processes import LearnerSection
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.learner.strategies.base import Strategy
+from grpo_run.core.learner.strategies.fsdp2 import FSDP2Strategy
 from grpo_run.core.memory.fake import FakeDevice
 from grpo_run.core.memory.shapes import RolloutShape
 from grpo_run.core.rollout.packing import SequenceToPack
@@ -50,6 +59,8 @@ class SimulatedStep:
     """``perf/micro_batches`` of the last step."""
     seconds: float
     """Wall time of the simulation."""
+    rank: str = "one process"
+    """What was simulated: one process, or rank 0 of a sharded learner."""
 
 
 def simulate_step(
@@ -60,37 +71,81 @@ def simulate_step(
     device: str = "cuda",
     steps: int = 2,
     full_logits: bool = False,
+    learner: LearnerSection | None = None,
 ) -> SimulatedStep:
     """Run ``steps`` learner steps of ``spec`` for a model of ``config`` (a transformers config)
     on a rollout batch of ``rollout``'s shape, simulated for ``device`` (``"cuda"`` or ``"cpu"``).
 
     ``full_logits``: the output layer computes real ``[tokens, V]`` logits (as a model that
-    post-processes its logits does) instead of the chunked log-probs."""
+    post-processes its logits does) instead of the chunked log-probs. ``learner``: the run's
+    ``[learner]``; a sharded one is simulated as its rank 0 (see the module docstring)."""
     start = time.perf_counter()
     seqs = rollout_sequences(rollout, vocab_size=int(config.vocab_size))
+    world = learner.num_learners if learner is not None and sharded(learner) else 1
     fake = FakeDevice()
-    with fake, cuda_kernels(device == "cuda"):
+    with fake, cuda_kernels(device == "cuda"), _fake_ranks(world) as strategy:
         policy = learner_model(config, spec)
         reference = None
         if spec.model.lora is not None:
             policy = wrap_policy(policy, spec.model.lora)
             reference = AdapterDisabledView(policy) if spec.uses_reference else None
         elif spec.uses_reference:
-            reference = learner_model(config, spec, checkpointing=False)
-            reference.eval().requires_grad_(False)
+            reference = _SimulatedReference(spec, config)
         kl = spec.kl_estimator.build() if spec.kl_estimator is not None else None
-        learner = Learner(spec, policy, reference, spec.loss.build(), kl)
+        trainer = Learner(spec, policy, reference, spec.loss.build(), kl, strategy=strategy)
         if device == "cuda":
-            for group in learner.optimizer.param_groups:
+            for group in trainer.optimizer.param_groups:
                 group["foreach"] = True
+        fake.counter.reset_peak()  # the steps' peak: a sharded model is loaded before it is sharded
         metrics: dict[str, float] = {}
         with full_logits_of(policy) if full_logits else nullcontext():
             for _ in range(steps):
-                metrics = learner.train_step(seqs)
+                metrics = trainer.train_step(seqs)
         return SimulatedStep(
             peak=fake.counter.peak, steady=fake.counter.live, micro_batches=metrics.get("perf/micro_batches", 0.0),
-            seconds=time.perf_counter() - start,
+            seconds=time.perf_counter() - start, rank=f"0 of {world}, sharded" if world > 1 else "one process",
         )
+
+
+@attrs.frozen
+class _SimulatedReference(ReferenceLoader):
+    """The reference built from the model's config (no weights), in its dtype, where the strategy loads it."""
+
+    config: Any = None
+
+    def load(self, device: str | None = None) -> torch.nn.Module:
+        spec = attrs.evolve(self.spec, model=attrs.evolve(self.spec.model, dtype=self.spec.reference_dtype))
+        return learner_model(self.config, spec, checkpointing=False).eval().requires_grad_(False)
+
+
+def sharded(learner: LearnerSection) -> bool:
+    """The strategy shards the weights (FSDP2, ZeRO-3) and has ranks to shard them over."""
+    return learner.num_learners > 1 and (learner.strategy == "fsdp2" or (learner.strategy == "deepspeed" and learner.stage == 3))
+
+
+class _SimulatedRank(FSDP2Strategy):
+    """Rank 0 of a fake process group: its metrics are its own (no other rank sends any)."""
+
+    def combine_metrics(self, metrics: dict[str, float], totals: Mapping[str, float]) -> dict[str, float]:
+        return metrics
+
+
+@contextmanager
+def _fake_ranks(world: int) -> Iterator[Strategy | None]:
+    """Rank 0 of ``world`` fake ranks while open (``None``, the one-process strategy, for one)."""
+    if world <= 1:
+        yield None
+        return
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a sharded learner step cannot be simulated inside an initialised process group")
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        yield _SimulatedRank(0, world, torch.device("cpu"))
+    finally:
+        dist.destroy_process_group()
 
 
 def learner_model(config: Any, spec: LearnerSpec, *, checkpointing: bool = True) -> Any:

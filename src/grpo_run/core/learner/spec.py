@@ -108,6 +108,12 @@ class LearnerSpec:
     def uses_reference(self) -> bool:
         return self.kl.beta > 0 and self.kl.reference != "none"
 
+    @property
+    def reference_dtype(self) -> str:
+        """The dtype the reference policy is held in (``kl.reference_dtype`` resolved for this
+        model and device: :meth:`~grpo_run.core.config.slots.KLSlot.reference_dtype_for`)."""
+        return self.kl.reference_dtype_for(self.model.dtype, self.model.autocast, self.model.device)
+
 
 def resolve_device(name: str) -> str:
     """``"auto"``: ``"cuda"`` when a CUDA device is visible, else ``"cpu"``; a CUDA device asked

@@ -21,6 +21,7 @@ from grpo_run.core.loop.episode_setup import chosen_renderer, row_verifier_note
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.memory_setup import with_budget_plan
 from grpo_run.core.loop.scheduler import LoopParts, LoopSettings
+from grpo_run.core.loop.solvability import unsolvable_warnings
 from grpo_run.core.loop.traces import TraceWriter
 from grpo_run.core.placement.learner_group import LearnerGroup
 from grpo_run.core.placement.select import Placement, build_placement
@@ -199,6 +200,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         log.info("lora_sync", mode=sync.mode, engine=cfg.engine.name, reason=sync.refusal)
     lora_note = sync.note if sync is not None else None
     notes = [note for note in (budget_note, lora_note, row_verifier_note(cfg, prompts.train)) if note is not None]
+    prompts.warnings.extend(unsolvable_warnings(cfg, scorer, prompts.train, prompts.eval))
     if warn is not None:
         scorer.show_warnings_with(warn)
     episodes = build_episode_runner(cfg, registry, tokenizer, engine, params, notes, warn)

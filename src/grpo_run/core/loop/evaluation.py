@@ -12,7 +12,7 @@ from grpo_run.core.data.prompts import PromptRow
 from grpo_run.core.loop.traces import TraceWriter, episode_spans
 from grpo_run.core.plugins.contracts import GenerationEngine
 from grpo_run.core.plugins.trace_records import CompletionTrace
-from grpo_run.core.plugins.types import Completion, SamplingParams, is_solved
+from grpo_run.core.plugins.types import Completion, SamplingParams
 from grpo_run.core.rollout.episode_producer import episode_metrics
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
 from grpo_run.core.rollout.episodes import Episode, derive_seed, episode_solved, failed_episode, success_bar
@@ -37,8 +37,8 @@ class Evaluator:
     """Greedy completions for every eval prompt (and ``num_samples`` sampled ones for pass@k),
     scored by the run's verifiers.
 
-    ``eval/accuracy`` is the fraction of prompts whose greedy completion solved it
-    (:func:`grpo_run.is_solved`: its reward reached the most the row can score). With
+    ``eval/accuracy`` is the fraction of prompts whose greedy completion solved it (the task's
+    correctness verifiers said right, :mod:`~grpo_run.core.scoring.correctness`). With
     ``num_samples = n > 0``, ``eval/pass@k`` for k = 1..n is the mean over prompts of
     :func:`pass_at_k` of the prompt's ``n`` samples at ``temperature``. Each evaluation's
     completions go to ``rollouts/eval_<step>.jsonl`` when ``traces`` is enabled.
@@ -146,9 +146,9 @@ class Evaluator:
 
     def _solved(self, scored: ScoredCompletion, completion: Any) -> bool:
         if not isinstance(completion, Episode) or self.episodes is None:
-            return is_solved(scored.reward, scored.max_reward)
+            return scored.solved
         threshold = self.episodes.settings.success_threshold
-        return episode_solved(scored.reward, scored.max_reward, completion.env_reward, threshold)
+        return episode_solved(scored.solved, scored.reward, scored.max_reward, completion.env_reward, threshold)
 
     async def _score(self, rows: Sequence[PromptRow], completions: Sequence[Completion]) -> ScoredBatch:
         return await self.scorer.score(
@@ -157,7 +157,7 @@ class Evaluator:
         )
 
     def _pass_at_k(self, groups: Sequence[Sequence[Completion]], scored: ScoredBatch) -> dict[str, float]:
-        solved = [is_solved(s.reward, s.max_reward) for s in scored]
+        solved = [s.solved for s in scored]
         counts, start = [], 0
         for group in groups:  # per prompt: (samples, correct)
             counts.append((len(group), sum(solved[start:start + len(group)])))
@@ -186,7 +186,7 @@ class Evaluator:
                     reward += comp.env_reward
                     threshold = self.episodes.settings.success_threshold if self.episodes is not None else None
                     max_reward = success_bar(s.max_reward, threshold) or s.max_reward
-                ok = solved[flat] if solved is not None else is_solved(s.reward, s.max_reward)
+                ok = solved[flat] if solved is not None else s.solved
                 flat += 1
                 out.append(CompletionTrace(
                     kind="eval", step=step, row_id=str(row.get("id", "")), group=gi, sample=ci, prompt=prompt,

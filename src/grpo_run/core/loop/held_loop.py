@@ -21,13 +21,15 @@ previous checkpoint stands, as the returned note says.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from grpo_run.core.loop.observers import Checkpointer
+from grpo_run.core.loop.observers import Checkpointer, StepEvent
 from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.runlog import get_logger
 
@@ -73,6 +75,52 @@ def save_on_held_loop(
     return HeldLoopSave(step, checkpoint_of(step), None)
 
 
+class HoldTally:
+    """How long code held the event loop in the current training step, all holds together.
+
+    ``train.max_loop_hold_s`` bounds one hold; 16 episodes of an agent holding the loop 60 s each
+    held a step for 16 minutes, each hold under the limit. The monitors report every hold (a step
+    of an environment's or an async verifier's code of :data:`~grpo_run.core.scoring.loop_watchdog.HOLD_S`
+    or more: :meth:`add`, on the loop's thread); a finished learner step starts the tally afresh
+    (an observer of the loop); :meth:`total` (any thread) adds the hold going on now."""
+
+    def __init__(self, start_step: int) -> None:
+        self._lock = threading.Lock()
+        self.step = start_step
+        """The last finished step: holds since then are counted."""
+        self.seconds = 0.0
+        self.holds: Counter[str] = Counter()
+        self.longest = 0.0
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.holds[name] += 1
+            self.longest = max(self.longest, seconds)
+
+    def on_step(self, event: StepEvent) -> None:
+        with self._lock:
+            self.step, self.seconds, self.longest = event.step, 0.0, 0.0
+            self.holds.clear()
+
+    def on_run_end(self, status: str, error: BaseException | None) -> None:
+        pass
+
+    def total(self, now: tuple[str, float] | None) -> tuple[str, float] | None:
+        """(what held the loop, seconds) of the step so far, the hold ``now`` going on included;
+        None when nothing has."""
+        with self._lock:
+            holds, seconds, longest = Counter(self.holds), self.seconds, self.longest
+        if now is not None:
+            holds[now[0]] += 1
+            seconds, longest = seconds + now[1], max(longest, now[1])
+        if not holds:
+            return None
+        who = ", ".join(f"{name} {n}x" for name, n in holds.most_common())
+        return (f"code has held the event loop for {seconds:.0f} s in total since step {self.step} ("
+                f"{sum(holds.values())} holds, the longest {longest:.0f} s: {who})"), seconds
+
+
 def loop_holder(*monitors: Callable[[], tuple[str, float] | None] | None
                 ) -> Callable[[], tuple[str, float] | None]:
     """What holds the event loop now (an async verifier, an environment call), from any thread."""
@@ -109,11 +157,11 @@ def stop_held_loop(signal_name: str, holder: str, loop: Any, checkpointer: Check
 def stop_held_too_long(holder: str, limit_s: float, loop: Any, checkpointer: Checkpointer,
                        held_by: Callable[[], tuple[str, float] | None], start_step: int, resumed_from: Path | None,
                        checkpoint_of: Callable[[int], Path], run_dir: Path, log_file: Any,
-                       report: Callable[[RunInterrupted], list[str]] | None) -> list[str]:
-    """Code has held the event loop for ``train.max_loop_hold_s``: save if safe
-    (:func:`save_on_held_loop`); the lines to print before the process exits with 1 (none: the
-    loop is free again). ``report``: the CLI's lines for an interrupted run, the last of which is
-    the command that goes on."""
+                       report: Callable[[RunInterrupted], list[str]] | None, in_total: bool = False) -> list[str]:
+    """Code has held the event loop for ``train.max_loop_hold_s`` (``in_total``: all holds of the
+    step together, ``holder`` saying so): save if safe (:func:`save_on_held_loop`); the lines to
+    print before the process exits with 1 (none: the loop is free again). ``report``: the CLI's
+    lines for an interrupted run, the last of which is the command that goes on."""
     log = get_logger()
     if held_by() is None:
         return []
@@ -123,9 +171,11 @@ def stop_held_too_long(holder: str, limit_s: float, loop: Any, checkpointer: Che
         return []
     where = (f"checkpoint {saved.checkpoint}" if saved.checkpoint is not None
              else "nothing to save (no step finished)")
-    lines = [f"run stopped: {holder} has held the event loop for more than train.max_loop_hold_s = {limit_s:g} s: "
-             f"nothing else runs until it returns, and it cannot be stopped from outside (a blocking call inside "
-             f"`async def`: await an async one, or make it a plain def); {where}"]
+    what = (f"{holder}, more than train.max_loop_hold_s = {limit_s:g} s: nothing else runs while it does"
+            if in_total else f"{holder} has held the event loop for more than train.max_loop_hold_s = {limit_s:g} s: "
+                             f"nothing else runs until it returns, and it cannot be stopped from outside")
+    lines = [f"run stopped: {what} (a blocking call inside `async def`: await an async one, or make it a plain "
+             f"def); {where}"]
     if saved.note:
         lines.append(f"not saved: {saved.note}; the previous checkpoint is intact")
     if report is not None:

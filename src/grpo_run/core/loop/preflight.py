@@ -9,19 +9,52 @@ Data files, mixture sources and columns are the data room's to check (:mod:`grpo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from grpo_run.core.config.schema import ModelSection, RunConfig
 from grpo_run.core.errors import ConfigIssue
+from grpo_run.core.memory.shapes import shape_problems, text_fields
 from grpo_run.core.plugins.families import MODEL
 from grpo_run.core.plugins.registry import ComponentRegistry, did_you_mean
 
 
 def check_model(cfg: RunConfig, registry: ComponentRegistry) -> list[ConfigIssue]:
     """Problems with ``[model]`` that would only show once the model is loaded."""
-    return device_issues(cfg.model.device) + model_path_issues(cfg.model.name_or_path, registry)
+    issues = device_issues(cfg.model.device) + model_path_issues(cfg.model.name_or_path, registry)
+    return issues or model_file_issues(cfg, registry)
+
+
+def context_issues(cfg: RunConfig, context: int | None) -> list[ConfigIssue]:
+    """The longest sequence the config allows must fit the model's context (``max_position_embeddings``)."""
+    needed = cfg.data.max_prompt_token_length + cfg.rollout.response_length
+    if context is None or needed <= context:
+        return []
+    return [ConfigIssue("rollout.response_length", (
+        f"data.max_prompt_token_length + rollout.response_length = {cfg.data.max_prompt_token_length} + "
+        f"{cfg.rollout.response_length} = {needed} tokens, more than the model's context ({context:,} positions, "
+        f"max_position_embeddings in its config.json)"))]
+
+
+def model_file_issues(cfg: RunConfig, registry: ComponentRegistry) -> list[ConfigIssue]:
+    """What a local model directory's ``config.json`` says against the config, read as JSON (no
+    torch): a shape no model has, a context shorter than the longest sequence."""
+    path = Path(cfg.model.name_or_path).expanduser() / "config.json"
+    if registry.has(MODEL, cfg.model.name_or_path) or not path.is_file():
+        return []
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [ConfigIssue("model.name_or_path", f"{path}: cannot read it: {exc}")]
+    if not isinstance(raw, dict):
+        return [ConfigIssue("model.name_or_path", f"{path}: not a JSON object")]
+    problems = shape_problems(raw)
+    if problems:
+        return [ConfigIssue("model.name_or_path", f"{path}: {problems[0]}")]
+    context = text_fields(raw).get("max_position_embeddings")
+    return context_issues(cfg, context if isinstance(context, int) else None)
 
 
 def device_issues(device: str) -> list[ConfigIssue]:

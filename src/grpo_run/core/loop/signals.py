@@ -23,6 +23,8 @@ minutes, and a second one saved nothing.
 
 Without any signal, code that holds the loop for ``train.max_loop_hold_s`` stops the run the same
 way (``on_held_too_long``), exiting with 1: it cannot be cancelled, and nothing else runs meanwhile.
+So does code that holds it again and again, each time for less, while the holds of one training
+step add up to the limit (``held_in_step``).
 
 A second signal kills this process's child processes (scoring workers, engine servers) and exits
 at once with :data:`EXIT_CODES` without saving; the previous checkpoint is untouched (a
@@ -103,7 +105,8 @@ class StopSignals:
         self._taken = threading.Event()
         self._held_by: Callable[[], tuple[str, float] | None] | None = None
         self._on_stuck: Callable[[str, str, bool], list[str]] | None = None
-        self._on_held_too_long: Callable[[str], list[str]] | None = None
+        self._on_held_too_long: Callable[[str, bool], list[str]] | None = None
+        self._held_in_step: Callable[[tuple[str, float] | None], tuple[str, float] | None] | None = None
         self._outside = threading.Lock()
         """Held by the one thread that stops the run from outside the loop (a signal's, or the hold limit's)."""
 
@@ -121,20 +124,23 @@ class StopSignals:
     def looping(self, loop: asyncio.AbstractEventLoop, request_stop: Callable[[str], Any], *,
                 held_by: Callable[[], tuple[str, float] | None] | None = None,
                 on_stuck: Callable[[str, str, bool], list[str]] | None = None, hold_limit_s: float = 0.0,
-                on_held_too_long: Callable[[str], list[str]] | None = None) -> None:
+                on_held_too_long: Callable[[str, bool], list[str]] | None = None,
+                held_in_step: Callable[[tuple[str, float] | None], tuple[str, float] | None] | None = None) -> None:
         """The training loop runs on ``loop``: a first signal calls ``request_stop(name)`` there.
 
         ``held_by()``: what holds the loop right now and for how long (None: nothing known).
         ``on_stuck(signal_name, what, held)``: called on another thread when the loop stays held
         after a first signal (``held``), or is slow to stop; saves what it safely can and returns
         the lines to print before exiting (none: wait on).
-        ``on_held_too_long(holder)``: the same when known code has held the loop for
-        ``hold_limit_s`` (0: never), without a signal; the process then exits with 1. It returns
-        no lines when the loop is free again (the run goes on)."""
+        ``on_held_too_long(holder, in_total)``: the same when known code has held the loop for
+        ``hold_limit_s`` (0: never), without a signal -- at once, or (``in_total``) in all its holds
+        of the training step, ``held_in_step(now)`` saying what held it and for how long, the hold
+        ``now`` going on included; the process then exits with 1. It returns no lines when the
+        loop is free again (the run goes on)."""
         self._building = False
         self._loop, self._request_stop = loop, request_stop
         self._held_by, self._on_stuck = held_by, on_stuck
-        self._on_held_too_long = on_held_too_long
+        self._on_held_too_long, self._held_in_step = on_held_too_long, held_in_step
         if held_by is not None and on_held_too_long is not None and hold_limit_s > 0:
             threading.Thread(target=self._watch_hold_limit, args=(hold_limit_s,), name="grpo-run-hold-limit",
                              daemon=True).start()
@@ -208,14 +214,21 @@ class StopSignals:
             if held_by is None or on_held is None:
                 return  # the loop is over
             held = held_by()
-            if held is None or held[1] < limit_s or self.received is not None:
+            if held is None or self.received is not None:
                 continue  # a signal's own stop handles a held loop after a first signal
+            in_step = self._held_in_step(held) if self._held_in_step is not None else None
+            if held[1] >= limit_s:
+                holder, in_total = held[0], False
+            elif in_step is not None and in_step[1] >= limit_s:
+                holder, in_total = in_step[0], True
+            else:
+                continue
             if not self._outside.acquire(blocking=False):
                 return
             try:
-                lines = on_held(held[0])
+                lines = on_held(holder, in_total)
             except BaseException as exc:  # noqa: BLE001 - exiting anyway; the previous checkpoint stands
-                lines = [f"run stopped: {held[0]} held the event loop past its limit, and saving failed "
+                lines = [f"run stopped: {holder} held the event loop past its limit, and saving failed "
                          f"({type(exc).__name__}: {exc}); the previous checkpoint is intact"]
             if not lines:  # the loop is free again: the run goes on
                 self._outside.release()
@@ -253,6 +266,10 @@ def kill_child_processes() -> None:
 def _write_stderr(text: str) -> None:
     try:
         sys.stderr.flush()
-        os.write(2, (text + "\n").encode("utf-8", "replace"))
+        fd = sys.stderr.fileno()  # the console's, while file descriptor 2 goes elsewhere (ray_join.py)
+    except (AttributeError, OSError, ValueError):
+        fd = 2
+    try:
+        os.write(fd, (text + "\n").encode("utf-8", "replace"))
     except OSError:
         pass

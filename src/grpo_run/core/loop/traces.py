@@ -19,7 +19,6 @@ from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.observers import StepEvent
 from grpo_run.core.plugins.abilities import LogsCompletions
 from grpo_run.core.plugins.trace_records import CompletionTrace
-from grpo_run.core.plugins.types import is_solved
 from grpo_run.core.rollout.episodes import Episode
 from grpo_run.core.runlog import get_logger
 
@@ -105,7 +104,7 @@ def train_traces(event: StepEvent, decode: Decode) -> list[CompletionTrace]:
                 kind="train", step=event.step, row_id=str(group.row.get("id", "")), group=gi, sample=ci,
                 prompt=prompt, completion=comp.text, ground_truth=group.row.get("ground_truth"),
                 reward=float(group.rewards[ci]), max_reward=float(group.max_reward),
-                solved=is_solved(group.rewards[ci], group.max_reward),
+                solved=bool(group.solved[ci]),
                 scores=dict(group.scores[ci]) if group.scores else {},
                 finish_reason=comp.finish_reason, num_tokens=len(comp.token_ids),
                 policy_version=comp.policy_version,

@@ -13,7 +13,7 @@ from typing import Any
 from grpo_run.core.learner.lora import merged_model_writer
 from grpo_run.core.loop.build import RunParts, loop_settings
 from grpo_run.core.loop.checkpoint import prune_checkpoints, rng_state, save_checkpoint
-from grpo_run.core.loop.held_loop import loop_holder, stop_held_loop, stop_held_too_long
+from grpo_run.core.loop.held_loop import HoldTally, loop_holder, stop_held_loop, stop_held_too_long
 from grpo_run.core.loop.observers import Checkpointer, ConsoleProgress, MetricsFile, TrackerFanout
 from grpo_run.core.loop.opening import OpenedRun
 from grpo_run.core.loop.pipeline import PipelineMonitor
@@ -42,8 +42,10 @@ class LoopRig:
         pipeline = PipelineMonitor(run.run_dir, cfg.train.total_steps, cfg.rollout.async_steps, run.start_step,
                                    scoring=parts.scorer.placement())
         parts.producer.phase_listener = pipeline.batch_phase
+        self.holds = HoldTally(run.start_step)
+        """Every hold of the event loop in the current step (``train.max_loop_hold_s`` bounds their total)."""
         run.observers = [self.checkpointer, MetricsFile(run.run_dir), trackers, run.hooks,
-                         ConsoleProgress(run.progress), run.last, pipeline]
+                         ConsoleProgress(run.progress), run.last, pipeline, self.holds]
         if parts.traces is not None:
             parts.traces.on_sink_error = trackers.failed
             run.observers.insert(2, RolloutTraces(parts.traces))
@@ -53,12 +55,15 @@ class LoopRig:
         self.waits = WaitReporter(pipeline, run.progress.message, cfg.logging.report_waits_s,
                                   also=episodes.describe_waits if episodes is not None else None)
         self.held_by = loop_holder(parts.scorer.loop_held, episodes.monitor.held if episodes is not None else None)
+        parts.scorer.count_loop_holds(self.holds.add)
+        if episodes is not None:
+            episodes.monitor.on_hold = self.holds.add
 
     def drive(self, signals: StopSignals) -> LoopState:
         """Run the loop to its end; a stop signal reaches it on its event loop."""
         limit_s = self.parts.cfg.train.max_loop_hold_s
         state = asyncio.run(self._drive(signals, held_by=self.held_by, on_stuck=self._stuck, hold_limit_s=limit_s,
-                                        on_held_too_long=self._held_too_long))
+                                        on_held_too_long=self._held_too_long, held_in_step=self.holds.total))
         signals.finishing()  # only now: asyncio.run's own end waits for every task left (an agent's)
         return state
 
@@ -124,11 +129,11 @@ class LoopRig:
                               run.checkpoint, self._checkpoint_of, run.run_dir, run.log_file,
                               self.report_interrupted, held)
 
-    def _held_too_long(self, holder: str) -> list[str]:
+    def _held_too_long(self, holder: str, in_total: bool) -> list[str]:
         run = self.run
         return stop_held_too_long(holder, self.parts.cfg.train.max_loop_hold_s, self.loop, self.checkpointer,
                                   self.held_by, run.start_step, run.checkpoint, self._checkpoint_of, run.run_dir,
-                                  run.log_file, self.report_interrupted)
+                                  run.log_file, self.report_interrupted, in_total)
 
 
 def save_step(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | None = None,

@@ -11,6 +11,7 @@ the most tokens that fit the plan's headroom (:func:`choose_budgets`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import attrs
 
@@ -21,13 +22,16 @@ AUTO = "auto"
 
 @attrs.frozen
 class BudgetPlan:
-    """A learner process's share of the memory plan, for choosing its budgets."""
+    """A learner process's share of the memory plan, for choosing its budgets: the device's peak
+    as a function of the budgets, as the run's plan counts it (:func:`peak`)."""
 
     resident: float
-    """Bytes held all along besides a micro-batch: weights, optimizer state, reference policy,
-    in-process engine, rollout batch (on the CPU not counting the interpreter: it is measured)."""
+    """Bytes on the device all along besides this process's micro-batches: its weights, optimizer
+    state, reference policy, in-process engine and rollout batch, and what other processes on the
+    device hold (on the CPU not counting this process's interpreter: it is measured)."""
     loaded: float
-    """Of ``resident``, what is loaded when the budget is chosen (the policy and reference weights)."""
+    """Of ``resident``, what this process has loaded when the budget is chosen (its policy and
+    reference weights)."""
     gradients: float
     """Bytes of gradients held during a training micro-batch after a mini-batch's first."""
     train: ActivationCost
@@ -39,16 +43,25 @@ class BudgetPlan:
     first_gradients: float = 0.0
     """Bytes of gradients held at the peak of a mini-batch's first micro-batch (the output layer's)."""
     other_peak: float = 0.0
-    """The largest other phase: the optimizer step, an in-process engine's generation."""
+    """The largest phase that takes turns with the micro-batches: the optimizer step, generation
+    (in this process, or an engine's beside it while training and generation take turns)."""
     limit: float | None = None
     """``learner.max_memory_gib`` in bytes: the most the plan may fill (``None``: the device's share)."""
+    gathered: float = 0.0
+    """Whole parameters (and gradients) a sharded strategy holds during a training forward."""
+    gathered_no_grad: float = 0.0
+    ranks: int = 1
+    """Learner processes on this device, each with a micro-batch at the same time (CPU ranks)."""
+    optimizer_state: float = 0.0
+    """Of ``resident``, the optimizer state, which the first update makes."""
 
     def peak(self, resident: float, train_tokens: int, logprob_tokens: int, micro_batches: int = 2) -> float:
         """The plan's peak with micro-batches of ``train_tokens`` (``micro_batches`` per
         mini-batch) and no-grad passes of ``logprob_tokens`` (0: none) beside ``resident`` bytes."""
         grads = self.gradients if micro_batches > 1 else self.first_gradients
-        passes = self.no_grad.at(logprob_tokens) if logprob_tokens else 0.0
-        return resident + max(grads + self.train.at(train_tokens), passes, self.other_peak)
+        train = grads + self.gathered + self.train.at(train_tokens)
+        passes = self.no_grad.at(logprob_tokens) + self.gathered_no_grad if logprob_tokens else 0.0
+        return resident + max(self.ranks * train, self.ranks * passes, self.other_peak)
 
 
 @attrs.frozen
@@ -107,8 +120,8 @@ def device_memory(device: str) -> tuple[float, float, float]:
 
 
 def choose_budgets(plan: BudgetPlan, device: str, train: int | str, logprob: int | str) -> Budgets:
-    """The budgets for ``train`` / ``logprob`` settings (a number is kept; ``"auto"`` is chosen),
-    and the plan's peak with them."""
+    """The budgets for ``train`` / ``logprob`` settings (a number is kept; ``"auto"`` is the
+    largest whose peak fits what the device has now), and the plan's peak with them."""
     capacity, total, held = device_memory(device)
     if device.startswith("cuda"):
         usable = capacity - (1 - HEADROOM["cuda"]) * total
@@ -116,33 +129,44 @@ def choose_budgets(plan: BudgetPlan, device: str, train: int | str, logprob: int
         resident = plan.resident
     else:
         usable = HEADROOM["cpu"] * capacity
-        where = f"half of {gib(capacity)} available"
+        where = f"{HEADROOM['cpu']:.0%} of {gib(capacity)} available"
         resident = plan.resident - plan.loaded + held  # what the process holds is measured
     if plan.limit is not None and plan.limit < usable:
         usable, where = plan.limit, "learner.max_memory_gib"
-    room = usable - resident
-    fits = plan.train.largest_tokens(room - plan.gradients)
-    if plan.train.at(plan.whole_mini_batch) + plan.first_gradients <= room:
-        fits = max(fits, plan.whole_mini_batch)  # one forward: only the output layer's gradient at its peak
-    chosen = _fit(fits, plan) if train == AUTO else int(train)
-    chosen_lp = _fit(plan.no_grad.largest_tokens(room), plan) if logprob == AUTO else int(logprob)
     whole = plan.whole_mini_batch
+    fits_train = _largest(plan, lambda t: plan.peak(resident, t, 0, micro_batches=1 if t >= whole else 2) <= usable)
+    fits_lp = _largest(plan, lambda t: plan.peak(resident, 0, t) <= usable)
+    chosen = (fits_train or plan.longest_sequence) if train == AUTO else int(train)
+    chosen_lp = (fits_lp or plan.longest_sequence) if logprob == AUTO else int(logprob)
     peak = plan.peak(resident, min(chosen or whole, whole), min(chosen_lp or whole, whole),
                      micro_batches=1 if not chosen or chosen >= whole else 2)
     if train != AUTO:
         text = f"token budget {chosen:,} tokens per forward (set)"
-    elif chosen >= plan.whole_mini_batch:
-        text = f"token budget {chosen:,} tokens per forward: a whole mini-batch ({plan.whole_mini_batch:,} tokens) fits"
+    elif chosen >= whole:
+        text = f"token budget {chosen:,} tokens per forward: a whole mini-batch ({whole:,} tokens) fits"
     else:
         text = f"token budget {chosen:,} tokens per forward"
     line = f"{text}: about {gib(peak)} at the peak, of {gib(usable)} usable ({where})"
-    if train == AUTO and fits < plan.longest_sequence:
+    if train == AUTO and not fits_train:
         line += (f"; not even one sequence of {plan.longest_sequence} tokens fits the plan, so a forward holds one "
                  "and may run out of memory (see grpo-run plan)")
     return Budgets(chosen, chosen_lp, line, resident)
 
 
-def _fit(tokens: int, plan: BudgetPlan) -> int:
-    """At least one sequence per forward, at most a whole mini-batch; a multiple of :data:`BUDGET_STEP`."""
-    tokens = max(min(tokens, plan.whole_mini_batch), plan.longest_sequence)
-    return tokens - tokens % BUDGET_STEP if tokens >= 2 * BUDGET_STEP else tokens
+def _largest(plan: BudgetPlan, fits: Callable[[int], bool]) -> int:
+    """The largest budget that fits: a whole mini-batch, or a multiple of :data:`BUDGET_STEP` of
+    at least one sequence, or one sequence (0 if not even one sequence fits)."""
+    low, whole = min(plan.longest_sequence, plan.whole_mini_batch), plan.whole_mini_batch
+    if fits(whole):
+        return whole
+    if not fits(low):
+        return 0
+    lo, hi = -(-low // BUDGET_STEP), (whole - 1) // BUDGET_STEP  # multiples of the step in between
+    best = low
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid * BUDGET_STEP):
+            best, lo = max(best, mid * BUDGET_STEP), mid + 1
+        else:
+            hi = mid - 1
+    return best

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -44,7 +44,9 @@ class SimulationError(RuntimeError):
 
 
 class StorageCounter:
-    """Live and peak bytes of the storages handed to it, each counted once until it is freed."""
+    """Live and peak bytes of the storages handed to it, each counted once until it is freed, at
+    its current size (a storage resized in place -- FSDP2 frees and re-allocates its unsharded
+    parameters so -- is counted at its new size)."""
 
     def __init__(self) -> None:
         self.live = 0
@@ -53,15 +55,27 @@ class StorageCounter:
 
     def add(self, value: Any) -> None:
         for t in tree_leaves(value):
-            if not isinstance(t, FakeTensor):
-                continue
-            storage = t.untyped_storage()
-            if storage in self._seen:
-                continue
-            size = -(-storage.nbytes() // ROUNDING) * ROUNDING
-            self._seen[storage] = weakref.ref(storage, lambda _ref, size=size: self._free(size))
-            self.live += size
-            self.peak = max(self.peak, self.live)
+            if isinstance(t, FakeTensor):
+                self.add_storage(t.untyped_storage())
+
+    def add_storage(self, storage: Any) -> None:
+        if storage in self._seen:
+            return
+        cell = [_rounded(storage.nbytes())]
+        self._seen[storage] = (weakref.ref(storage, lambda _ref, cell=cell: self._free(cell[0])), cell)
+        self.live += cell[0]
+        self.peak = max(self.peak, self.live)
+
+    def resized(self, storage: Any) -> None:
+        """``storage`` (of a simulated tensor) was resized in place."""
+        if storage not in self._seen:
+            self.add_storage(storage)
+            return
+        cell = self._seen[storage][1]
+        size = _rounded(storage.nbytes())
+        self.live += size - cell[0]
+        cell[0] = size
+        self.peak = max(self.peak, self.live)
 
     def _free(self, size: int) -> None:
         self.live -= size
@@ -84,10 +98,34 @@ class FakeDevice(TorchDispatchMode):
         super().__init__()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.counter = StorageCounter()
+        self._resize: Any = None
+
+    def __enter__(self) -> FakeDevice:
+        # A storage resized in place (FSDP2's free_storage / alloc_storage) is not an op the mode
+        # sees: the counter follows it through UntypedStorage.resize_ while the mode is on.
+        real, counter = torch.UntypedStorage.resize_, self.counter
+
+        def resize_(storage: Any, size: int) -> Any:
+            out = real(storage, size)
+            if storage.device.type == "meta":  # a simulated tensor's storage
+                counter.resized(storage)
+            return out
+
+        self._resize = real
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
+        super().__exit__(*exc)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(is_traceable_wrapper_subclass(t) for t in tensors):
+            return NotImplemented  # a DTensor: its own dispatch runs the op on its local tensors, which come back here
+        if any(isinstance(mode, FakeTensorMode) for mode in _get_current_dispatch_mode_stack()):
+            return func(*args, **kwargs)  # shapes only, in a fake mode of the caller's (DTensor's sharding propagation)
         simulated = any(isinstance(t, FakeTensor) for t in tensors)
         if simulated and func is _aten._local_scalar_dense.default:
             return _stand_in(args[0].dtype)
@@ -110,7 +148,14 @@ class FakeDevice(TorchDispatchMode):
         self.fake_mode.fake_tensor_converter.meta_converter.tensor_memo.clear()
 
 
+def _rounded(nbytes: int) -> int:
+    return -(-nbytes // ROUNDING) * ROUNDING
+
+
 def _floating_factory(func: Any, kwargs: dict) -> bool:
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "meta":
+        return False  # asked for shapes only (DTensor's sharding propagation, a deferred init): no memory
     dtype = kwargs.get("dtype")
     if dtype is None:
         return func in _FLOAT_FACTORIES

@@ -1,6 +1,10 @@
-"""A run's memory plan from its config: the learner's processes, the engines' and verifiers'
-parts (through their :class:`~grpo_run.PlansMemory` ability), per device, and what to change
-when it does not fit."""
+"""A run's memory plan from its config: every process with its parts (:mod:`.processes`), the
+devices' peaks, the token budgets, and whether it fits.
+
+The token budget and the verdict are one computation: the plan is a function of the budgets, and
+an ``"auto"`` budget is the largest for which every device of the whole plan -- learner ranks,
+engines, verifiers, what generation holds beside the learner -- stays within what is usable.
+"""
 
 from __future__ import annotations
 
@@ -9,74 +13,18 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.schema import LoraSection, RunConfig
-from grpo_run.core.memory.plan import (
-    LearnerLoad, MicroBatchCosts, Part, ProcessPlan, gib, largest_budget, largest_logprob_budget,
-    learner_process, usable_bytes,
-)
+from grpo_run.core.config.schema import RunConfig
+from grpo_run.core.memory.plan import BUDGET_STEP, HEADROOM, LearnerLoad, MicroBatchCosts, usable_bytes
+from grpo_run.core.memory.plan_parts import ProcessPlan, gib
+from grpo_run.core.memory.processes import Component, plan_processes
 from grpo_run.core.memory.shapes import ModelShape, RolloutShape
+from grpo_run.core.memory.states import StateLoad
 from grpo_run.core.plugins.abilities import PlansMemory
 from grpo_run.core.plugins.families import ENGINE, VERIFIER
 from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.core.plugins.types import MemoryPart, MemoryRequest
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-@attrs.frozen
-class RunPlan:
-    """Every process of a run with its parts, the devices' memory, and the token budgets."""
-
-    processes: tuple[ProcessPlan, ...]
-    capacity: dict[str, float]
-    """Memory of each device the plan uses (bytes; ``"cpu"``: the RAM available)."""
-    budget: int
-    """``learner.max_tokens_per_forward`` in effect (0: the whole mini-batch)."""
-    logprob_budget: int
-    budget_source: str
-    """``"auto"`` or ``"set"``."""
-    largest_budget: int
-    """The most tokens per training forward that fit (0: not even one token)."""
-    largest_logprob_budget: int
-    longest_sequence: int
-    tokens_per_mini_batch: int
-    """Tokens of one rank's share of a mini-batch (the largest rollout batch)."""
-    advice: str | None = None
-    """What to change, when it does not fit."""
-    limit: float | None = None
-    """``learner.max_memory_gib`` in bytes: what a device may hold at most."""
-    notes: tuple[str, ...] = ()
-
-    def device_peak(self, device: str) -> float:
-        """The peaks of every process on ``device`` added up (they need not coincide: an upper bound)."""
-        return sum(p.peak for p in self.processes if p.device == device)
-
-    def usable(self, device: str) -> float:
-        usable = usable_bytes(device, self.capacity[device])
-        return min(usable, self.limit) if self.limit is not None else usable
-
-    @property
-    def fits(self) -> bool:
-        return self.largest_budget >= self.longest_sequence and all(
-            self.device_peak(d) <= self.usable(d) for d in self.capacity)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fits": self.fits,
-            "budget": {"max_tokens_per_forward": self.budget, "max_tokens_per_logprob_forward": self.logprob_budget,
-                       "source": self.budget_source, "largest_that_fits": self.largest_budget,
-                       "largest_logprob_that_fits": self.largest_logprob_budget},
-            "devices": {d: {"capacity_bytes": c, "usable_bytes": self.usable(d), "peak_bytes": self.device_peak(d)}
-                        for d, c in self.capacity.items()},
-            "processes": [
-                {"name": p.name, "device": p.device, "peak_bytes": p.peak, "peak_phase": p.peak_phase,
-                 "resident": [attrs.asdict(part) for part in p.resident],
-                 "phases": {name: [attrs.asdict(part) for part in parts] for name, parts in p.phases}}
-                for p in self.processes
-            ],
-            "advice": self.advice,
-            "notes": list(self.notes),
-        }
 
 
 @attrs.frozen
@@ -94,14 +42,105 @@ class PlanInputs:
     runtime_bytes: float = 0.0
     """The trainer process before any model (CPU)."""
     gpus: int = 1
+    """GPUs on the machine (CUDA)."""
     host_capacity: float = 0.0
     """The machine's memory available (for processes on the CPU beside a CUDA learner)."""
+    other_costs: Callable[[], MicroBatchCosts] | None = attrs.field(default=None, eq=False)
+    """The costs with the other gradient-checkpointing setting (measured when first asked)."""
+
+
+@attrs.frozen
+class RunPlan:
+    """Every process of a run with its parts, the devices' memory, and the token budgets."""
+
+    processes: tuple[ProcessPlan, ...]
+    capacity: dict[str, float]
+    """Memory of each device the plan uses (bytes; ``"cpu"``: the RAM available)."""
+    budget: int
+    """``learner.max_tokens_per_forward`` in effect (0: the whole mini-batch)."""
+    logprob_budget: int
+    budget_source: str
+    """``"auto"`` or ``"set"``."""
+    largest_budget: int
+    """The most tokens per training forward for which the whole plan fits (0: not even one sequence)."""
+    largest_logprob_budget: int
+    longest_sequence: int
+    tokens_per_mini_batch: int
+    """Tokens of one rank's share of a mini-batch (the largest rollout batch)."""
+    turns: bool = True
+    """Generation and training take turns (``rollout.async_steps = 1``): a device holds the larger
+    of its engines' and its learners' working memory, not both."""
+    gpus: int = 1
+    limit: float | None = None
+    """``learner.max_memory_gib`` in bytes: what a learner's device may hold at most."""
+    problems: tuple[str, ...] = ()
+    """What stops the run regardless of memory left (an engine that cannot start as configured)."""
+    notes: tuple[str, ...] = ()
+    advice: str | None = None
+    """What does not fit, in one line (when it does not)."""
+    suggested: tuple[str, ...] = ()
+    """``KEY=VALUE`` overrides that make it fit (the fewest changes found), when it does not."""
+
+    def device_peak(self, device: str) -> float:
+        """What ``device`` holds at most: every process's resident parts, and their working
+        memory -- added up, except that engines and learners take turns where :attr:`turns`."""
+        here = [p for p in self.processes if p.device == device]
+        resident = sum(p.resident_bytes for p in here)
+        work = {role: sum(p.phase_peak for p in here if p.role == role) for role in ("learner", "engine", "other")}
+        if self.turns:
+            return resident + max(work["learner"], work["engine"]) + work["other"]
+        return resident + sum(work.values())
+
+    def usable(self, device: str) -> float:
+        here = [p for p in self.processes if p.device == device]
+        if device != "cpu" and here and all(p.reserves for p in here):
+            return self.capacity[device]  # a GPU of vLLM's own: gpu_memory_utilization is its own margin
+        usable = usable_bytes(device, self.capacity[device])
+        learners = any(p.role == "learner" for p in here)
+        return min(usable, self.limit) if self.limit is not None and learners else usable
+
+    @property
+    def gpus_used(self) -> int:
+        return len({p.device for p in self.processes if p.device.startswith("cuda")})
+
+    @property
+    def fits(self) -> bool:
+        return (not self.problems and self.largest_budget >= self.longest_sequence and self.gpus_used <= self.gpus
+                and all(self.device_peak(d) <= self.usable(d) for d in self.capacity))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "budget": {"max_tokens_per_forward": self.budget, "max_tokens_per_logprob_forward": self.logprob_budget,
+                       "source": self.budget_source, "largest_that_fits": self.largest_budget,
+                       "largest_logprob_that_fits": self.largest_logprob_budget},
+            "devices": {d: {"capacity_bytes": c, "usable_bytes": self.usable(d), "peak_bytes": self.device_peak(d)}
+                        for d, c in self.capacity.items()},
+            "gpus": {"used": self.gpus_used, "available": self.gpus},
+            "processes": [
+                {"name": p.name, "device": p.device, "peak_bytes": p.peak, "peak_phase": p.peak_phase,
+                 "resident": [attrs.asdict(part) for part in p.resident],
+                 "phases": {name: [attrs.asdict(part) for part in parts] for name, parts in p.phases}}
+                for p in self.processes
+            ],
+            "problems": list(self.problems),
+            "advice": self.advice,
+            "suggested": list(self.suggested),
+            "notes": list(self.notes),
+        }
 
 
 def rollout_shape(cfg: RunConfig) -> RolloutShape:
     """The largest rollout batch ``cfg`` can produce."""
     return RolloutShape(cfg.rollout.num_unique_prompts_rollout, cfg.rollout.num_samples_per_prompt_rollout,
                         cfg.data.max_prompt_token_length, cfg.rollout.response_length)
+
+
+def reference_bytes(cfg: RunConfig, device: str) -> int:
+    """Bytes per parameter of the reference policy (0: none, or LoRA's adapter-disabled view)."""
+    if cfg.kl.beta <= 0 or cfg.kl.reference == "none" or cfg.model.lora is not None:
+        return 0
+    return DTYPE_BYTES[cfg.kl.reference_dtype_for(cfg.model.dtype, cfg.model.autocast, device)]
 
 
 def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:
@@ -113,19 +152,20 @@ def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:
         trainable, trainable_bytes = lora_params(shape, model.lora), 4
     world = learner.num_learners
     rollout = rollout_shape(cfg)
-    stage = learner.stage
-    shard = {"fsdp2": "all", "deepspeed": {1: "optimizer", 2: "gradients", 3: "all"}.get(stage, "none")}.get(learner.strategy, "none")
     passes = int(cfg.algorithm.num_epochs * cfg.algorithm.num_mini_batches > 1 and not cfg.algorithm.use_engine_logprobs_as_old)
-    uses_reference = cfg.kl.beta > 0 and cfg.kl.reference != "none"
-    costs = inputs.costs
-    return LearnerLoad(
+    ref = reference_bytes(cfg, inputs.device)
+    sharded = learner.strategy == "fsdp2" or (learner.strategy == "deepspeed" and learner.stage == 3)
+    states = StateLoad(
         params=shape.params, param_bytes=bytes_each, trainable=trainable, trainable_bytes=trainable_bytes,
-        reference=uses_reference and model.lora is None, device=inputs.device, costs=costs,
-        tokens_per_rank=-(-rollout.tokens // world), micro_batches=inputs.micro_batches,
-        head_params=shape.vocab * shape.hidden if model.lora is None else 0,
-        logprob_passes=passes + int(uses_reference), world_size=world, shard=shard,
-        ddp=learner.strategy == "ddp", offload_optimizer=learner.offload_optimizer,
-        offload_params=learner.offload_params, foreach=inputs.device == "cuda",
+        strategy=learner.strategy, stage=learner.stage, world_size=world, layer_params=shape.layer_params,
+        root_params=shape.root_params, head_params=(shape.head_params or shape.embedding_params) if model.lora is None else 0,
+        reference_bytes=ref, reference_sharded=sharded and ref > 0,
+        offload_optimizer=learner.offload_optimizer, offload_params=learner.offload_params,
+        foreach=inputs.device == "cuda",
+    )
+    return LearnerLoad(
+        states=states, device=inputs.device, costs=inputs.costs, tokens_per_rank=-(-rollout.tokens // world),
+        micro_batches=inputs.micro_batches, logprob_passes=passes + int(ref > 0 or (cfg.kl.beta > 0 and model.lora is not None)),
         runtime_bytes=inputs.runtime_bytes if inputs.device == "cpu" else 0.0,
     )
 
@@ -149,24 +189,26 @@ def memory_request(cfg: RunConfig, inputs: PlanInputs) -> MemoryRequest:
         vocab=shape.vocab, sequences=rollout.sequences, prompt_tokens=rollout.prompt_tokens,
         response_tokens=rollout.response_tokens, device=inputs.device,
         device_bytes=int(inputs.capacity) if inputs.device == "cuda" else None,
+        hidden=shape.hidden, context=shape.context, engines=cfg.engine.num_engines,
+        overlaps_learner=cfg.rollout.async_steps > 1,
     )
 
 
-def component_parts(cfg: RunConfig, registry: ComponentRegistry, request: MemoryRequest,
-                    notes: list[str]) -> list[tuple[str, MemoryPart]]:
-    """``(component, part)`` for the engine (once per engine) and every verifier that plans
-    memory; a component whose plan fails is left out, with a line in ``notes`` saying why."""
-    out: list[tuple[str, MemoryPart]] = []
+def components(cfg: RunConfig, registry: ComponentRegistry, request: MemoryRequest, notes: list[str]) -> list[Component]:
+    """The engines (one :class:`Component` each) and every verifier that plans memory; a
+    component whose plan fails is left out, with a line in ``notes`` saying why."""
+    out: list[Component] = []
     engine = registry.get(ENGINE, cfg.engine.name)
-    labels = [f"{cfg.engine.name} engine" + (f" {i}" if cfg.engine.num_engines > 1 else "")
-              for i in range(cfg.engine.num_engines)]
-    for label, parts in zip(labels, [_parts_of(engine, cfg.engine.config, request, f"{cfg.engine.name} engine", notes)] * len(labels)):
-        out += [(label, part) for part in parts]
+    parts = tuple(_parts_of(engine, cfg.engine.config, request, f"{cfg.engine.name} engine", notes))
+    count = cfg.engine.num_engines
+    for i in range(count):
+        out.append(Component(f"{cfg.engine.name} engine" + (f" {i}" if count > 1 else ""), parts, engine=True, index=i))
     for name, slot in cfg.verifiers.items():
         if registry.has(VERIFIER, name):
             config = getattr(slot, "config", slot)
-            out += [(f"{name} verifier", part)
-                    for part in _parts_of(registry.get(VERIFIER, name), config, request, f"{name} verifier", notes)]
+            found = tuple(_parts_of(registry.get(VERIFIER, name), config, request, f"{name} verifier", notes))
+            if found:
+                out.append(Component(f"{name} verifier", found))
     return out
 
 
@@ -181,142 +223,110 @@ def _parts_of(cls: type, config: Any, request: MemoryRequest, label: str, notes:
         return []
 
 
-def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> RunPlan:
-    """The memory plan of ``cfg`` (see the module docstring), with advice when it does not fit."""
-    plan = _plan(cfg, registry, inputs)
-    return plan if plan.fits else attrs.evolve(plan, advice=advice(cfg, registry, inputs, plan))
-
-
-def _plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs) -> RunPlan:
-    device = inputs.device
-    learner_dev = "cuda:0" if device == "cuda" else "cpu"
-    load = learner_load(cfg, inputs)
+def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs,
+             found: list[Component] | None = None, *, quick: bool = False) -> RunPlan:
+    """The memory plan of ``cfg`` under its budgets, an ``"auto"`` one the largest for which the
+    whole plan fits (see the module docstring; :mod:`.advice` says what to change when it does not).
+    ``quick``: only whether it fits at all (at the smallest budget), for a search."""
     notes = _notes(cfg, inputs)
-    others = component_parts(cfg, registry, memory_request(cfg, inputs), notes)
-    in_trainer = [(c, p) for c, p in others if not p.own_process]
-    own = [(c, p) for c, p in others if p.own_process]
-    single = cfg.learner.num_learners == 1 and cfg.distributed.backend == "local"
-    trainer_extra = [Part(f"{c}: {p.name}", p.bytes, p.note) for c, p in in_trainer if not p.transient]
-    trainer_transient = [Part(f"{c}: {p.name}", p.bytes, p.note) for c, p in in_trainer if p.transient]
-    overlap = cfg.rollout.async_steps > 1
-    # What else the learner's device holds beside a learner rank, for the budget: other processes'
-    # parts there (a GPU's, or on the CPU the machine's memory).
-    beside = sum(p.bytes for _, p in own if (p.device or learner_dev) == learner_dev)
-    if single:
-        beside += sum(p.bytes for p in trainer_extra) + (sum(p.bytes for p in trainer_transient) if overlap else 0.0)
-    usable = usable_bytes(device, inputs.capacity)
-    limit = cfg.learner.max_memory_gib * 2**30 if cfg.learner.max_memory_gib is not None else None
-    if limit is not None:
-        usable = min(usable, limit)
-    most = largest_budget(load, usable, beside)
-    most_lp = largest_logprob_budget(load, usable, beside)
-    whole = inputs.micro_batches(0)[0]
-    longest = rollout_shape(cfg).prompt_tokens + rollout_shape(cfg).response_tokens
-    budget, source = _budget(cfg.learner.max_tokens_per_forward, min(max(most, longest), whole))
-    lp_setting = cfg.learner.max_tokens_per_logprob_forward
-    logprob_budget = (min(max(most_lp, longest), whole) if lp_setting == "auto" or (lp_setting is None and source == "auto")
-                      else lp_setting if lp_setting is not None else 2 * budget)
-    processes: list[ProcessPlan] = []
-    if single:
-        resident = trainer_extra + (trainer_transient if overlap else [])
-        transient = [] if overlap else trainer_transient
-        processes.append(learner_process(load, budget, logprob_budget, "trainer (learner" + (
-            ", " + ", ".join(dict.fromkeys(c for c, _ in in_trainer)) if in_trainer else "") + ")",
-            extra=resident, extra_transient=transient))
-        processes[-1] = attrs.evolve(processes[-1], device=learner_dev)
-    else:
-        for rank in range(cfg.learner.num_learners):
-            dev = f"cuda:{rank}" if device == "cuda" else "cpu"
-            processes.append(attrs.evolve(learner_process(load, budget, logprob_budget, f"learner rank {rank}"), device=dev))
-        if in_trainer:
-            processes.append(ProcessPlan("trainer (" + ", ".join(dict.fromkeys(c for c, _ in in_trainer)) + ")",
-                                         learner_dev, tuple(trainer_extra + trainer_transient)))
-    for component in dict.fromkeys(c for c, _ in own):
-        mine = [p for c, p in own if c == component]
-        resident = tuple(Part(p.name, p.bytes, p.note) for p in mine if not p.transient)
-        work = tuple(Part(p.name, p.bytes, p.note) for p in mine if p.transient)
-        where = mine[0].device or learner_dev
-        processes.append(ProcessPlan(f"{component} (own process)", where, resident, (("working", work),) if work else ()))
-    capacity = {p.device: (inputs.host_capacity if p.device == "cpu" and device == "cuda" else inputs.capacity)
-                for p in processes}
+    if found is None:
+        found = components(cfg, registry, memory_request(cfg, inputs), notes)
+    load = learner_load(cfg, inputs)
     rollout = rollout_shape(cfg)
+    longest = rollout.prompt_tokens + rollout.response_tokens
+    whole = inputs.micro_batches(0)[0]
+
+    def plan(budget: int, lp: int, **fields: Any) -> RunPlan:
+        return _assemble(cfg, inputs, load, found, budget, lp, longest, whole, notes, **fields)
+
+    def fits_with(budget: int, lp: int) -> bool:
+        trial = plan(budget, lp, largest_budget=budget, largest_logprob_budget=lp)
+        return all(trial.device_peak(d) <= trial.usable(d) for d in trial.capacity)
+
+    candidates = _candidates(longest, whole)
+    floor = candidates[0]
+    setting = cfg.learner.max_tokens_per_forward
+    source = "auto" if setting == "auto" else "set"
+    lp_setting = cfg.learner.max_tokens_per_logprob_forward
+    lp_auto = lp_setting == "auto" or (lp_setting is None and source == "auto")
+    if quick:  # the smallest budgets the settings allow: does it fit at all?
+        b = floor if source == "auto" else max(floor, min(int(setting) or whole, whole))
+        lp = floor if lp_auto else max(floor, min((int(lp_setting) or whole) if lp_setting is not None else 2 * b, whole))
+        ok = fits_with(b, lp)
+        return plan(b, lp, largest_budget=b if ok else 0, largest_logprob_budget=lp if ok else 0, budget_source=source)
+    most = _largest(candidates, lambda b: fits_with(b, floor))
+    most_lp = _largest(candidates, lambda b: fits_with(max(most, floor), b))
+    budget = (most or floor) if source == "auto" else (int(setting) or whole)
+    if lp_auto:
+        logprob_budget = most_lp or floor
+    else:
+        logprob_budget = (int(lp_setting) or whole) if lp_setting is not None else 2 * budget
+    final = plan(min(budget, whole), min(logprob_budget, whole), largest_budget=most, largest_logprob_budget=most_lp)
+    return attrs.evolve(final, budget=budget, logprob_budget=logprob_budget, budget_source=source)
+
+
+def _assemble(cfg: RunConfig, inputs: PlanInputs, load: LearnerLoad, found: list[Component], budget: int, lp: int,
+              longest: int, whole: int, notes: list[str], **fields: Any) -> RunPlan:
+    processes = plan_processes(cfg, load, found, budget, lp)
+    capacity = {p.device: (inputs.host_capacity if p.device == "cpu" and inputs.device == "cuda" else inputs.capacity)
+                for p in processes}
+    limit = cfg.learner.max_memory_gib * 2**30 if cfg.learner.max_memory_gib is not None else None
+    problems = tuple(dict.fromkeys(f"{c.label}: {p.problem}" for c in found for p in c.parts if p.problem))
     return RunPlan(
-        processes=tuple(processes), capacity=capacity, budget=budget, logprob_budget=logprob_budget,
-        budget_source=source, largest_budget=most, largest_logprob_budget=most_lp,
-        longest_sequence=rollout.prompt_tokens + rollout.response_tokens,
-        tokens_per_mini_batch=whole, limit=limit,
-        notes=tuple(notes),
+        processes=tuple(processes), capacity=capacity, budget=budget, logprob_budget=lp,
+        budget_source=fields.pop("budget_source", "auto"),
+        longest_sequence=longest, tokens_per_mini_batch=whole, turns=cfg.rollout.async_steps == 1,
+        gpus=inputs.gpus if inputs.device == "cuda" else 0, limit=limit, problems=problems, notes=tuple(notes),
+        **fields,
     )
 
 
-def _budget(setting: int | str, largest: int) -> tuple[int, str]:
-    if setting == "auto":
-        return largest, "auto"
-    return int(setting), "set"
+def _candidates(longest: int, whole: int) -> list[int]:
+    """Budgets worth trying: at least one sequence, at most the whole mini-batch, multiples of
+    :data:`BUDGET_STEP` between."""
+    low = min(longest, whole)
+    steps = [b for b in range(-(-low // BUDGET_STEP) * BUDGET_STEP, whole, BUDGET_STEP) if b > low]
+    return [low, *steps, whole] if whole > low else [low]
+
+
+def _largest(candidates: list[int], fits: Callable[[int], bool]) -> int:
+    """The largest candidate that fits (they fit up to some point, then no more); 0 if none does."""
+    if not fits(candidates[0]):
+        return 0
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(candidates[mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return candidates[lo]
 
 
 def _notes(cfg: RunConfig, inputs: PlanInputs) -> list[str]:
     notes = []
     if inputs.device == "cuda":
-        notes.append(f"CUDA: the plan fills at most {usable_bytes('cuda', 1.0):.0%} of a device's memory; the rest is "
+        notes.append(f"CUDA: the plan fills at most {HEADROOM['cuda']:.0%} of a device's memory; the rest is "
                      "for the caching allocator's reserve and fragmentation, the CUDA context (about 0.5 GiB), "
                      "NCCL buffers and kernel workspaces, which no count sees")
     else:
-        notes.append(f"CPU: the plan fills at most {usable_bytes('cpu', 1.0):.0%} of the memory available; the rest "
-                     "is left to the system, the scoring and environment workers and the allocator's retained pages")
+        notes.append(f"CPU: the plan fills at most {HEADROOM['cpu']:.0%} of the memory available; the rest "
+                     "is left to the system and the scoring and environment workers")
     if cfg.distributed.backend == "ray":
         notes.append("Ray: each engine and learner rank is an actor of its own; the plan lists them as processes")
     return notes
 
 
-def advice(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, plan: RunPlan) -> str:
-    """One line: the first change that makes the run fit, and its peak (see ``docs/memory.md``)."""
-    device = plan.processes[0].device
-    need, room = plan.device_peak(device), plan.usable(device)
-    what = f"needs {gib(need)} on {device} where {gib(room)} is usable ({gib(plan.capacity[device])})"
-    if plan.largest_budget >= plan.longest_sequence and plan.budget_source == "set" and plan.budget > plan.largest_budget:
-        return f"{what}; set learner.max_tokens_per_forward = {plan.largest_budget} (or \"auto\")"
-
-    tries: list[tuple[str, RunConfig]] = []
-    model = cfg.model
-    if not model.gradient_checkpointing or model.gradient_checkpointing == "auto" and inputs.device == "cpu":
-        tries.append(("set model.gradient_checkpointing = true", attrs.evolve(cfg, model=attrs.evolve(model, gradient_checkpointing=True))))
-    if model.dtype == "float32" and model.lora is None:
-        tries.append(('set model.dtype = "bfloat16" (and model.autocast = "none")',
-                      attrs.evolve(cfg, model=attrs.evolve(model, dtype="bfloat16", autocast="none"))))
-    if model.lora is None:
-        tries.append(("train LoRA adapters ([model.lora] r = 16)", attrs.evolve(cfg, model=attrs.evolve(model, lora=LoraSection()))))
-    if inputs.gpus > 1 and cfg.learner.num_learners == 1:
-        sharded = attrs.evolve(cfg.learner, num_learners=inputs.gpus, strategy="fsdp2")
-        tries.append((f'shard it over the {inputs.gpus} GPUs (learner.strategy = "fsdp2", learner.num_learners = '
-                      f'{inputs.gpus})', attrs.evolve(cfg, learner=sharded)))
-    for text, variant in tries:
-        flipped = bool(variant.model.gradient_checkpointing is True) != bool(
-            model.gradient_checkpointing is True or (model.gradient_checkpointing == "auto" and inputs.device == "cuda"))
-        alt = _variant_plan(variant, registry, inputs, flipped)
-        if alt.fits:
-            return f"{what}; {text}: peak {gib(alt.device_peak(device))} at {alt.budget:,} tokens per forward"
-    trainer = plan.processes[0]
-    parts = [*trainer.resident] + [Part(name, sum(p.bytes for p in ps)) for name, ps in trainer.phases]
-    largest = ", ".join(f"{p.name} {gib(p.bytes)}" for p in sorted(parts, key=lambda p: -p.bytes)[:3])
-    tried = "gradient checkpointing, bfloat16 weights, LoRA" + (" or sharding over the GPUs" if inputs.gpus > 1 else "")
-    where = ('shard it over more GPUs (--gpus N; learner.strategy = "fsdp2" or "deepspeed" with zero_stage = 3)'
-             if inputs.device == "cuda" else "use a smaller model or batch")
-    return (f"{what}; none of {tried} alone makes it fit (the largest parts: {largest}): {where}, "
-            "or generate fewer sequences at once (the engine's batch, or the vllm engine)")
-
-
-def _variant_plan(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, flipped: bool) -> RunPlan:
-    """The plan of a variant of the run (another dtype, checkpointing, LoRA) with an automatic
-    budget. Its micro-batch costs are the run's (checkpointing: the other setting's): an upper
-    bound for bfloat16 weights, whose activations are smaller."""
-    costs = inputs.costs
-    if flipped:
-        costs = MicroBatchCosts(train=costs.train_other, train_other=costs.train, no_grad=costs.no_grad)
-    auto = attrs.evolve(cfg, learner=attrs.evolve(cfg.learner, max_tokens_per_forward="auto"))
-    return _plan(auto, registry, attrs.evolve(inputs, costs=costs))
-
-
 def capacity_lines(plan: RunPlan) -> list[str]:
-    """``device: peak of usable (capacity)``, one line per device."""
-    return [f"{d}: {gib(plan.device_peak(d))} of {gib(plan.usable(d))} usable ({gib(c)})" for d, c in plan.capacity.items()]
+    """``device: peak of usable (capacity)``, one line per device; identical GPUs once."""
+    lines: list[str] = []
+    rows = [(d, gib(plan.device_peak(d)), gib(plan.usable(d)), gib(c)) for d, c in plan.capacity.items()]
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1][1:] == rows[i][1:] and rows[j + 1][0].startswith("cuda"):
+            j += 1
+        name = rows[i][0] if j == i else f"{rows[i][0]} to {rows[j][0]} (each)"
+        lines.append(f"{name}: {rows[i][1]} of {rows[i][2]} usable ({rows[i][3]})")
+        i = j + 1
+    return lines

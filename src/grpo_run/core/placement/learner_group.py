@@ -153,7 +153,9 @@ class RankedLearnerGroup:
         self.num_parameters = int(infos[0]["parameters"])
         self.budget_line = infos[0].get("budget_line")
         self.where = [(i["pid"], i["host"]) for i in infos]
-        get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host")} for i in infos],
+        # reference_bytes: what each rank holds of the reference policy's weights (sharded or whole).
+        get_logger().info("learners_started", ranks=[{k: i[k] for k in ("rank", "pid", "host", "reference_bytes")}
+                                                     for i in infos],
                           rendezvous=init_method)
 
     def train_step(self, seqs: Sequence[SequenceToPack]) -> dict[str, float]:

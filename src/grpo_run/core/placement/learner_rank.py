@@ -29,6 +29,7 @@ from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.learner.learner import build_learner
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.learner.strategies import make_strategy
+from grpo_run.core.learner.strategies.held import held_bytes
 from grpo_run.core.placement.flat import FlatWeights, decode_sequences
 from grpo_run.core.placement.heartbeat import RankHeartbeat
 from grpo_run.core.plugins.adapters import LoraAdapter
@@ -89,8 +90,11 @@ class LearnerRank:
         parameters = sum(p.numel() for p in self.learner.policy.parameters())
         if s.learner.strategy in ("fsdp2", "deepspeed"):  # sharded: count every rank's part
             parameters = int(strategy.reduce_sum(torch.tensor([float(parameters)], dtype=torch.float64))[0])
+        # A reference this rank loaded (LoRA's is the policy with its adapters off: nothing more).
+        loaded = self.learner.reference is not None and s.spec.model.lora is None
         return {"rank": s.rank, "pid": os.getpid(), "host": socket.gethostname(), "parameters": parameters,
-                "budget_line": self.learner.budget_line}
+                "budget_line": self.learner.budget_line,
+                "reference_bytes": held_bytes(self.learner.reference) if loaded else 0}
 
     def train_step(self, encoded: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         metrics = self.learner.train_step(decode_sequences(encoded))

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -224,12 +225,22 @@ def remote_cause(error: RayTaskError) -> BaseException:
 
 
 def where_am_i() -> dict[str, Any]:
-    """The calling actor's id, process and node: how errors name it after it has died."""
+    """The calling actor's id, process and node: how errors name it after it has died, and how the
+    log shows where it was placed (``host`` is the node's IP address, as Ray names nodes)."""
+    context = ray.get_runtime_context()
     return {
-        "actor_id": ray.get_runtime_context().get_actor_id(),
+        "actor_id": context.get_actor_id(),
         "pid": os.getpid(),
         "host": ray.util.get_node_ip_address(),
+        "node_id": context.get_node_id(),
+        "hostname": socket.gethostname(),
     }
+
+
+def placed(where: Mapping[str, Any]) -> dict[str, Any]:
+    """The log's record of where an actor runs: its process and its node (id, IP address, host name)."""
+    return {"pid": where["pid"], "node_id": where.get("node_id"), "node_ip": where["host"],
+            "hostname": where.get("hostname")}
 
 
 def describe_actor(where: Mapping[str, Any]) -> str:

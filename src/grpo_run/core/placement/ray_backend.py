@@ -1,7 +1,7 @@
 """``distributed.backend = "ray"``: engines and learner ranks as Ray actors.
 
 Connects to the cluster at ``RAY_ADDRESS`` (``ray start --head`` on one node, ``ray start
---address=...`` on the others) or, without it, starts a local Ray instance sized to fit the
+--address=...`` on the others; :mod:`.ray_join`) or, without it, starts a local Ray instance sized to fit the
 run's actors. Each learner rank is a :class:`~.ray_actors.RayLearnerRank` actor with
 ``distributed.learner_resources`` (rank 0 names the rendezvous on its node; NCCL or gloo inside),
 each engine an :class:`~.ray_actors.EngineActor` with ``distributed.engine_resources``. With
@@ -23,22 +23,25 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
-from ray.exceptions import AuthenticationError, GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from grpo_run.core.config.processes import ActorResources, LearnerSection, actor_resources
 from grpo_run.core.config.schema import RunConfig
-from grpo_run.core.errors import RunError, UserError
+from grpo_run.core.errors import RunError
 from grpo_run.core.learner.spec import LearnerSpec
 from grpo_run.core.placement.engines import EnginePool, engine_contexts
 from grpo_run.core.placement.learner_group import RankedLearnerGroup
 from grpo_run.core.placement.learner_rank import RankSetup
+from grpo_run.core.placement.ray_fit import describe_nodes, why_unplaceable
+from grpo_run.core.placement.ray_join import join_cluster
 from grpo_run.core.placement.ray_watcher import start_watcher, stop_watcher
 from grpo_run.core.placement.ray_actors import (
     EngineActor,
     RayLearnerRank,
     RayRankWorker,
+    placed,
     remote_engine,
 )
 from grpo_run.core.plugins.abilities import OwnWorker
@@ -65,11 +68,8 @@ class RayPlacement:
         address = os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
             with _keep_signal_handlers():
-                if address:
-                    try:
-                        ray.init(address=address, logging_level=logging.WARNING)
-                    except Exception as exc:  # the whole story in one line, not Ray's traceback
-                        raise join_error(address, exc) from None
+                if address:  # one line, not Ray's retries and traceback
+                    join_cluster(address, cfg.distributed.join_timeout_s)
                 else:
                     need = sum(r.num_cpus * n for r, n in _actors(cfg))
                     ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need)), include_dashboard=False,
@@ -87,7 +87,19 @@ class RayPlacement:
                           resources=ray.cluster_resources())
         return placement
 
+    def _check_fits(self, strategy: str | None) -> None:
+        """Fail at once when the cluster's nodes can never hold the run's actors (:mod:`.ray_fit`)."""
+        kinds = ("learner", "engine", "scoring")
+        actors = [(kinds[i] if i < len(kinds) else "verifier", _bundle(resources), count)
+                  for i, (resources, count) in enumerate(_actors(self.cfg))]
+        if strategy is not None:
+            actors = actors[:2]  # the placement group holds the learners and engines
+        reason = why_unplaceable(actors, strategy, ray.nodes())
+        if reason is not None:
+            raise RunError(reason)
+
     def _reserve(self) -> None:
+        self._check_fits(self.settings.placement_strategy)
         bundles, index = [], 0
         for kind, (resources, count) in zip(("learner", "engine"), _actors(self.cfg)):
             self._bundles[kind] = index
@@ -101,7 +113,8 @@ class RayPlacement:
             raise RunError(
                 f"the Ray cluster could not reserve {len(bundles)} bundles ({strategy}) within "
                 f"{self.settings.startup_timeout_s:g} s: asked for {bundles}; available now: "
-                f"{ray.available_resources()} (change distributed.*_resources or add nodes)"
+                f"{ray.available_resources()}, on {describe_nodes(ray.nodes())} (other work holds the rest: "
+                f"change distributed.*_resources, add nodes or wait)"
             ) from None
 
     def _options(self, kind: str, index: int) -> dict[str, Any]:
@@ -134,6 +147,8 @@ class RayPlacement:
             raise RunError(f"a {kind} actor could not start: {exc}") from None
 
     def learner_group(self, spec: LearnerSpec, learner: LearnerSection, seed: int) -> RankedLearnerGroup:
+        if self.group is None:  # actors placed one by one: can each of them, and all together, fit at all?
+            self._check_fits(None)
         world = learner.num_learners
         threads = learner.threads_per_learner or max(1, int(self.settings.resources_of("learner").num_cpus))
         actor_cls = ray.remote(RayLearnerRank)
@@ -144,6 +159,7 @@ class RayPlacement:
             for rank in range(world)
         ]
         wheres = self._running(actors, "learner")
+        get_logger().info("learners_placed", ranks=[{"rank": rank, **placed(w)} for rank, w in enumerate(wheres)])
         workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
         group = RankedLearnerGroup(workers, share=ray.put,
                                    hang_timeout_s=learner.hang_timeout_s)
@@ -161,7 +177,7 @@ class RayPlacement:
             for i, ctx in enumerate(engine_contexts(context, num_engines))
         ]
         wheres = self._running(actors, "engine")
-        get_logger().info("engines_started", engines=[{"engine": i, "pid": w["pid"], "host": w["host"]}
+        get_logger().info("engines_started", engines=[{"engine": i, "host": w["host"], **placed(w)}
                                                       for i, w in enumerate(wheres)])
         return EnginePool([remote_engine(f"engine {i}", cls, a, w) for i, (a, w) in enumerate(zip(actors, wheres))])
 
@@ -214,34 +230,6 @@ def _node_pids() -> list[int]:
     node = getattr(ray._private.worker, "_global_node", None)  # noqa: SLF001 - no public way to ask
     processes = getattr(node, "all_processes", {}) if node is not None else {}
     return [info.process.pid for infos in processes.values() for info in infos if info.process is not None]
-
-
-def join_error(address: str, exc: BaseException) -> Exception:
-    """What to say when ``ray.init(address=...)`` fails: a :class:`UserError` naming the token
-    setup when the cluster refused this process's token (or it has none), else a :class:`RunError`."""
-    chain, seen = [], exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
-    where = f"cannot join the Ray cluster at RAY_ADDRESS={address}"
-    if any(isinstance(e, AuthenticationError) for e in chain) or "InvalidAuthToken" in text:
-        mode = os.environ.get("RAY_AUTH_MODE")
-        return UserError(
-            f"{where}: it uses Ray's token-based authentication and refused this process "
-            f"({'RAY_AUTH_MODE is not set here' if mode is None else f'RAY_AUTH_MODE={mode} here'}; "
-            f"{_token_source()}). Export RAY_AUTH_MODE=token and give this process the cluster's token, which "
-            f"`ray get-auth-token` prints on the head node: in ~/.ray/auth_token (or the RAY_AUTH_TOKEN variable, "
-            f"or a file named by RAY_AUTH_TOKEN_PATH), as on every node (docs/scale-out.md)")
-    return RunError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-
-
-def _token_source() -> str:
-    """Where this process's token would come from, and whether there is one."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "the RAY_AUTH_TOKEN variable holds another token"
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    return f"the file {path} holds another token" if os.path.exists(path) else f"there is no file {path}"
 
 
 def _actors(cfg: RunConfig) -> list[tuple[ActorResources, int]]:

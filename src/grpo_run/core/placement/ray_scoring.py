@@ -23,7 +23,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from grpo_run.core.config.processes import ActorResources, actor_resources
 from grpo_run.core.errors import RunError, UserError
-from grpo_run.core.placement.ray_actors import describe_actor, where_am_i
+from grpo_run.core.placement.ray_actors import describe_actor, placed, where_am_i
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.policy import VerifierPolicy
 from grpo_run.core.scoring.sync_verifiers import SyncVerifiers, UnitListener
@@ -132,7 +132,7 @@ class RaySyncVerifiers:
         except RayActorError as exc:
             raise RunError(f"a scoring actor could not start: {exc}") from None
         get_logger().info("scoring_actors_started", actors=[
-            {"actor": i, "pid": w["pid"], "host": w["host"], "workers": len(w["worker_pids"])}
+            {"actor": i, "host": w["host"], **placed(w), "workers": len(w["worker_pids"])}
             for i, w in enumerate(self._where)
         ])
 

@@ -112,10 +112,11 @@ class RewardFeedbackSampler(Protocol):
     """A sampler that learns from the rewards of the prompts it drew (e.g. to retire solved ones).
 
     After each group is scored the loop calls ``update`` with the row's ``"id"``, the group's
-    rewards and the most the row can score.
+    rewards and whether each completion solved the row (its correctness verifiers said right,
+    ``scoring.correctness_verifiers``; a format reward beside them does not change that).
     """
 
-    def update(self, row_id: str, rewards: Sequence[float], max_reward: float) -> None: ...
+    def update(self, row_id: str, rewards: Sequence[float], solved: Sequence[bool]) -> None: ...
 
 
 @runtime_checkable

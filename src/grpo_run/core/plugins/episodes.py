@@ -13,6 +13,7 @@ outside the contract drops the episode (docs/environments.md, "What an environme
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -166,4 +167,12 @@ class Chat(Protocol):
     def turns_left(self) -> int:
         """Calls of :meth:`complete` that may still start: 0 once ``environment.max_turns`` calls
         have started or the episode's budget is spent (a further call raises :class:`EpisodeOver`)."""
+        ...
+
+    def waiting(self) -> AbstractContextManager[None]:
+        """A block in which the episode waits for the run, not for its own code: for an environment
+        that brings :meth:`complete` to its code some other way (the ``agent`` environment's HTTP
+        endpoint, from a request's arrival until its answer). Usable from any thread;
+        ``environment.episode_timeout_s`` does not count it, nor the rest of the wait of the
+        episode's code that it is part of."""
         ...

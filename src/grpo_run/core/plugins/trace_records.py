@@ -32,8 +32,9 @@ class CompletionTrace:
     ground_truth: Any
     reward: float
     max_reward: float
-    """The most this row can score (:func:`grpo_run.is_solved` compares ``reward`` with it)."""
+    """The most this row can score."""
     solved: bool
+    """The task's correctness verifiers said right (``scoring.correctness_verifiers``)."""
     scores: Mapping[str, float]
     """Each applicable verifier's unweighted score."""
     finish_reason: str

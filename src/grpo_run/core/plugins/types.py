@@ -249,6 +249,14 @@ class MemoryRequest:
     """``"cuda"`` or ``"cpu"``: where the run's model lives."""
     device_bytes: int | None = None
     """Memory of one device of that kind (``None`` on the CPU)."""
+    hidden: int = 0
+    """The model's hidden size."""
+    context: int | None = None
+    """The model's context (``max_position_embeddings``; ``None``: not said)."""
+    engines: int = 1
+    """Engines of the run (``engine.num_engines``): each generates its share of a batch."""
+    overlaps_learner: bool = False
+    """Generation runs beside learner steps (``rollout.async_steps > 1``)."""
 
 
 @attrs.frozen
@@ -265,7 +273,16 @@ class MemoryPart:
     """In a process of the component's own (a vLLM worker, a reward model's scoring worker), not
     the trainer's; on a CUDA device it still takes that device's memory."""
     device: str = ""
-    """Where it lives: ``"cpu"``, ``"cuda:<i>"``, or ``""`` for the run's model device."""
+    """Where it lives: ``"cpu"``, ``"cuda:<i>"``, or ``""`` where the run places the component (the
+    model's device; with Ray, a component that asks for GPUs gets its own)."""
+    spread: int = 1
+    """GPUs the part spans, each holding ``bytes`` (tensor parallelism): ``device`` and the next ones."""
+    reserved: bool = False
+    """A share of the device the component takes by its own rule, its own margin included (vLLM's
+    ``gpu_memory_utilization``): a GPU holding only such parts needs no margin beyond them."""
+    problem: str = ""
+    """Why the component cannot start or run as configured with this part (vLLM: its weights do not
+    fit the share it reserves); a plan with a problem does not fit, and says it."""
 
 
 SOLVED_TOLERANCE = 1e-6
@@ -279,10 +296,12 @@ def reaches(value: float, top: float) -> bool:
 
 
 def is_solved(reward: float, max_reward: float) -> bool:
-    """Whether a completion solved its row: its reward reached the most the row can score, and
-    that maximum is positive (a row nothing can reward is never solved).
+    """Whether a reward reached the most the row can score, and that maximum is positive (a row
+    nothing can reward is never solved).
 
-    The one definition of "solved" in grpo-run: eval accuracy, ``reward/solve_rate`` and the
-    ``active`` sampler's pass rates all use it.
+    "Solved" in eval accuracy, ``reward/solve_rate`` and the ``active`` sampler's pass rates asks
+    the task's correctness verifiers (``scoring.correctness_verifiers``); this whole-reward test
+    is what decides for rows only all-rows verifiers score, and for every row with
+    ``correctness_verifiers = "reward"``.
     """
     return max_reward > 0 and reaches(reward, max_reward)

@@ -28,6 +28,7 @@ budgets hold whatever the concurrency.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ from grpo_run.core.plugins.episodes import ChatTurn, EpisodeOver, Message, ToolS
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout import env_returns
 from grpo_run.core.rollout.env_calls import EpisodeFailed
-from grpo_run.core.rollout.episode_clock import EpisodeClock
+from grpo_run.core.rollout.driven_clock import DrivenClock
 from grpo_run.core.rollout.episodes import Episode, OpenSegment, Segment
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 
@@ -50,9 +51,9 @@ class ChatSession:
 
     def __init__(self, renderer: Renderer, batcher: TurnBatcher, settings: EnvironmentSlot,
                  sampling: SamplingParams, seed: int, sample: int, *,
-                 prompt_limit: PromptLimit | None = None, clock: EpisodeClock | None = None) -> None:
-        self.clock = clock or EpisodeClock(float("inf"))
-        """The episode's environment time: it stands still while a call waits for its turn."""
+                 prompt_limit: PromptLimit | None = None, clock: DrivenClock | None = None) -> None:
+        self.clock = clock or DrivenClock(float("inf"))
+        """The episode's own time: it stands still while a call waits for its turn."""
         self.pending = 0
         """Calls waiting for their turn now."""
         self.own_since = time.monotonic()
@@ -106,6 +107,9 @@ class ChatSession:
             self.pending -= 1
             if not self.pending:
                 self.own_since = time.monotonic()
+
+    def waiting(self) -> contextlib.AbstractContextManager[None]:
+        return self.clock.waiting()
 
     def turns_left(self) -> int:
         return 0 if self.over is not None else max(0, self.settings.max_turns - self.started)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from grpo_run.core.crash_frames import named
 from grpo_run.core.rollout import env_exit
 
 
@@ -61,9 +62,13 @@ def checked(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any]
     timing.began = time.monotonic()
     try:
         with env_exit.inside(label):
-            return check(fn(*args))
+            return named(label)(_checked_call, fn, args, check)  # a crash report names the call
     finally:
         timing.ended = time.monotonic()
+
+
+def _checked_call(fn: Callable[..., Any], args: tuple[Any, ...], check: Callable[[Any], Any]) -> Any:
+    return check(fn(*args))
 
 
 async def no_exit(awaitable: Any, what: str) -> Any:

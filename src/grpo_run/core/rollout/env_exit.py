@@ -9,9 +9,9 @@ loop's thread while an environment's ``async def`` runs (its :class:`StepMonitor
 line naming the environment and the call (and the tool inside it, when one of the run's tools
 runs), logs it, then exits as asked. The real ``os._exit`` is put back when the last runner closes.
 
-Not covered: a crash no Python code sees (a segfault or ``abort()`` in an extension module, C's
-``exit()``); the ``grpo-run`` command turns on :mod:`faulthandler`, which prints the Python stack
-of every thread on a fatal signal, the environment's frames among them. ``environment.isolation =
+A crash no Python code sees (a segfault or ``abort()`` in an extension module) is said by the
+``grpo-run`` command's crash watcher instead (:mod:`grpo_run.core.crash_watch`), naming the
+environment call from its frame's name. Not covered: C's ``exit()``. ``environment.isolation =
 "process"`` keeps all of these out of the trainer: the worker's death fails its episodes only.
 """
 

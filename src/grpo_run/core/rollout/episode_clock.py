@@ -1,17 +1,15 @@
-"""The environment's own time in one episode: what ``environment.episode_timeout_s`` limits.
+"""The environment's own time in one episode the runner drives: what ``environment.episode_timeout_s`` limits.
 
 An episode's wall time goes to the environment (its ``reset`` / ``step`` / ``finish`` / ``close``
 calls and the tools they call; an agent's own code between its model calls), to waiting for the
 policy (a turn waits for the engine's batched generation, which waits for the other episodes of
 its round, and between rounds for the learner and weight syncs: on a busy machine one round of 64
 SmolLM2 episodes took ~280 s), to waiting for a free environment thread, and to the event loop
-serving the other episodes. Only the environment's own time counts:
-
-* an episode the runner drives (``reset`` / ``step``) counts its calls only: a plain call from the
-  moment a thread starts running it to the moment it returns, as the thread saw them (so a busy
-  event loop that learns of either late adds nothing), an ``async def`` call while it is awaited;
-* an episode that drives itself (``run_episode``) counts all of its time except its model calls
-  (``chat.complete``, from the call until its answer; concurrent calls of one agent overlap).
+serving the other episodes. Only the environment's own time counts: its calls only, a plain call
+from the moment a thread starts running it to the moment it returns, as the thread saw them (so a
+busy event loop that learns of either late adds nothing), an ``async def`` call while it is
+awaited. (An episode that drives itself, ``run_episode``, has a clock of its own:
+:mod:`.driven_clock`.)
 
 :class:`EpisodeClock` is an ``asyncio.timeout`` whose deadline is lifted while the clock stands
 still and set again, to what is left of the limit, when it runs. A slow ``step`` runs into the
@@ -31,8 +29,9 @@ class EpisodeClock:
     """Counts an episode's environment time and cancels the episode when it passes ``limit_s``.
 
     Used on the episode's event loop: ``async with clock.running(): ...`` around the episode (it
-    raises :class:`TimeoutError` at the limit); the clock stands still while any
-    :meth:`waiting` block lasts (they may nest and overlap) and runs inside :meth:`counting`.
+    raises :class:`TimeoutError` at the limit); the clock stands still but inside :meth:`counting`
+    and between :meth:`resume` and :meth:`pause`, and while any :meth:`waiting` block lasts (they
+    may nest and overlap).
     :meth:`pause` and :meth:`resume` take the time a thread saw (``time.monotonic()``, the loop's
     clock) instead of now."""
 
@@ -57,23 +56,24 @@ class EpisodeClock:
             return self._used
         return self._used + asyncio.get_running_loop().time() - self._since
 
+    def split(self) -> str:
+        """How the time split, for the message of an episode that ran past the limit."""
+        return (f"{self.spent_s:.1f} s in its calls; the other {self.waited_s:.1f} s, waiting for generation, "
+                f"threads or the event loop, do not count")
+
     @property
     def expired(self) -> bool:
         """The limit was reached (the episode was cancelled for it)."""
         return self._expired or (self._timeout is not None and self._timeout.expired())
 
     @contextlib.asynccontextmanager
-    async def running(self, *, stopped: bool = False) -> AsyncIterator[EpisodeClock]:
+    async def running(self) -> AsyncIterator[EpisodeClock]:
         """The episode runs in the block; :class:`TimeoutError` when its environment time passes the
-        limit. ``stopped``: the clock starts standing still (it runs only in :meth:`counting` and
-        between :meth:`resume` and :meth:`pause`)."""
+        limit. The clock starts standing still."""
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(None if stopped else self.limit_s) as timeout:
+        async with asyncio.timeout(None) as timeout:
             self._timeout = timeout
-            if stopped:
-                self._stops, self._stopped_at = 1, loop.time()
-            else:
-                self._since = loop.time()
+            self._stops, self._stopped_at = 1, loop.time()
             try:
                 yield self
             finally:

@@ -21,7 +21,14 @@ import attrs
 
 from grpo_run.core.errors import RunError
 from grpo_run.core.rollout.episode_runner import EpisodeFailed, EpisodeRunner
-from grpo_run.core.rollout.episodes import Episode, combine_rewards, derive_seed, returns_to_go, success_bar
+from grpo_run.core.rollout.episodes import (
+    Episode,
+    combine_rewards,
+    derive_seed,
+    episode_solved,
+    returns_to_go,
+    success_bar,
+)
 from grpo_run.core.rollout.producer import RolloutProducer
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout.sequences import RolloutBatch
@@ -139,6 +146,8 @@ class EpisodeProducer(RolloutProducer):
                 completions=episodes,
                 rewards=[r + e.env_reward for r, e in zip(group.rewards, episodes)],
                 max_reward=bar if bar is not None else group.max_reward,
+                solved=[episode_solved(s, r, group.max_reward, e.env_reward, settings.success_threshold)
+                        for s, r, e in zip(group.solved, group.rewards, episodes)],
             )
         return out, call_stats
 

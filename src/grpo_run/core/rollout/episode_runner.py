@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from grpo_run.core.config.environment import EnvironmentSlot
+from grpo_run.core.config.environment import TIMING_FLOOR_S, EnvironmentSlot
 from grpo_run.core.errors import RunError
 from grpo_run.core.plugins.abilities import DrivenEnvironment
 from grpo_run.core.plugins.contracts import Environment, GenerationEngine, Renderer
@@ -42,6 +42,7 @@ from grpo_run.core.plugins.episodes import Action, ToolSchema
 from grpo_run.core.plugins.types import SamplingParams
 from grpo_run.core.rollout import env_exit, env_returns
 from grpo_run.core.rollout.chat_session import ChatSession, PromptLimit
+from grpo_run.core.rollout.driven_clock import DrivenClock
 from grpo_run.core.rollout.env_calls import (
     BLOCKED_REPEAT_S, BLOCKED_WARN_S, EXITS, HANG_GRACE_S, CallsInFlight, CallTiming, EpisodeFailed,
     checked as _checked, describe_blocking as _describe_blocking, no_exit as _no_exit, same as _same,
@@ -50,14 +51,24 @@ from grpo_run.core.rollout.env_processes import EnvironmentProcesses, EpisodeOwn
 from grpo_run.core.rollout.env_threads import CallTimedOut, DaemonThreadPool, TooManyHungCalls
 from grpo_run.core.rollout.episode_clock import EpisodeClock
 from grpo_run.core.rollout.episodes import Episode, OpenSegment as _Open, Segment, combine_rewards
+from grpo_run.core.rollout.loop_lag import LoopLags
 from grpo_run.core.rollout.turn_batcher import TurnBatcher
 from grpo_run.core.runlog import get_logger
 from grpo_run.core.scoring.loop_watchdog import LoopWatchdog, StepMonitor, Tracked
 
 _EPISODE: contextvars.ContextVar[EpisodeOwner | None] = contextvars.ContextVar("grpo_run_episode", default=None)
 """The episode whose environment calls run in this context: the owner of the processes they start."""
-_CLOCK: contextvars.ContextVar[EpisodeClock | None] = contextvars.ContextVar("grpo_run_episode_clock", default=None)
+_CLOCK: contextvars.ContextVar[EpisodeClock | DrivenClock | None] = contextvars.ContextVar("grpo_run_episode_clock",
+                                                                                         default=None)
 """The clock of the episode that runs in this context (its waits for a thread stop it)."""
+
+
+def measurable_note(limit_s: float) -> str:
+    """What to add to an overrun's message when the limit is below what can be measured."""
+    if limit_s >= TIMING_FLOOR_S:
+        return ""
+    return (f"; a limit below {TIMING_FLOOR_S:g} s is below what can be measured: a loaded machine's thread "
+            f"scheduling adds that much to a call that returns at once")
 
 
 class EpisodeRunner:
@@ -104,6 +115,8 @@ class EpisodeRunner:
         env_exit.watch(self.monitor)  # environment code's os._exit names the environment
         self.processes = processes if processes is not None else EnvironmentProcesses(getattr(env, "name", "?"))
         """The processes environment code starts: an episode's end when it is over, the rest at :meth:`close`."""
+        self.lags = LoopLags()
+        """How busy the event loop was while driven episodes waited (their clocks do not count it)."""
 
     @property
     def name(self) -> str:
@@ -114,6 +127,7 @@ class EpisodeRunner:
         self._watchdog.close()
         self.pool.close()
         self.processes.close()
+        self.lags.close()
 
     def describe_waits(self) -> str | None:
         """What the environment is doing, for the run's ``still waiting`` line (None: nothing)."""
@@ -150,10 +164,11 @@ class EpisodeRunner:
         if not reserved:
             self.batcher.enter()
         owner = EpisodeOwner()
-        clock = EpisodeClock(self.settings.episode_timeout_s)
+        limit = self.settings.episode_timeout_s
+        clock = DrivenClock(limit, self.lags) if isinstance(self.env, DrivenEnvironment) else EpisodeClock(limit)
         token, clock_token = _EPISODE.set(owner), _CLOCK.set(clock)
         try:
-            async with clock.running(stopped=not isinstance(self.env, DrivenEnvironment)):
+            async with clock.running():
                 episode = await self._episode(row, seed, sample, params or self.params)
             if clock.expired:  # the environment's code swallowed the cancellation
                 raise TimeoutError
@@ -163,9 +178,7 @@ class EpisodeRunner:
                 raise
             raise EpisodeFailed(
                 f"the environment's own time in the episode passed environment.episode_timeout_s = "
-                f"{self.settings.episode_timeout_s:g} ({clock.spent_s:.1f} s in its calls and code; the other "
-                f"{clock.waited_s:.1f} s, waiting for generation, threads or the event loop, do not count)",
-                timed_out=True) from None
+                f"{limit:g} ({clock.split()}){measurable_note(limit)}", timed_out=True) from None
         finally:
             self.batcher.leave()
             _CLOCK.reset(clock_token)
@@ -288,10 +301,13 @@ class EpisodeRunner:
 
     async def _driven(self, row: Mapping[str, Any], seed: int, sample: int, sampling: SamplingParams) -> Episode:
         """An environment that drives its own conversation: ``run_episode`` with a chat session."""
-        clock = self._clock()
+        clock = _CLOCK.get()
+        if not isinstance(clock, DrivenClock):  # outside run(): a clock that never stops anything
+            clock = DrivenClock(float("inf"))
         chat = ChatSession(self.renderer, self.batcher, self.settings, sampling, seed, sample,
                            prompt_limit=self.prompt_limit, clock=clock)
-        tracked = Tracked(self.env.run_episode(row, seed, chat), f"environment {self.name!r} run_episode", self.monitor)
+        tracked = Tracked(clock.steps(self.env.run_episode(row, seed, chat)), f"environment {self.name!r} run_episode",
+                          self.monitor)
         try:
             with self.processes.watching(_EPISODE.get()), self.in_flight.call("run_episode", chat):
                 result = await tracked
@@ -305,7 +321,7 @@ class EpisodeRunner:
         return chat.episode(result, self.context_tokens)
 
     @staticmethod
-    def _clock() -> EpisodeClock:
+    def _clock() -> EpisodeClock | DrivenClock:
         """The clock of the episode this task runs (a stopped one outside :meth:`run`)."""
         return _CLOCK.get() or EpisodeClock(float("inf"))
 
@@ -329,7 +345,9 @@ class EpisodeRunner:
     async def _checked_call(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...],
                             check: Callable[[Any], Any]) -> Any:
         limit = self.settings.step_timeout_s
-        owner, clock = _EPISODE.get(), self._clock()
+        owner, clock = _EPISODE.get(), _CLOCK.get()
+        if not isinstance(clock, EpisodeClock):  # outside run(): a clock that never stops anything
+            clock = EpisodeClock(float("inf"))
         try:
             if not inspect.iscoroutinefunction(fn):
                 try:
@@ -337,7 +355,7 @@ class EpisodeRunner:
                 except CallTimedOut as exc:
                     label = f"{what} in {exc.doing}" if exc.doing else what
                     raise EpisodeFailed(f"environment {label} ran longer than environment.step_timeout_s = "
-                                        f"{limit:g}", timed_out=True) from None
+                                        f"{limit:g}{measurable_note(limit)}", timed_out=True) from None
             tracked = Tracked(fn(*args), f"environment {self.name!r} {what}", self.monitor)
             # In this task (not wait_for's own): a call that returns at once waits for no other
             # episode's turn on a busy loop, so it costs its clock nothing.
@@ -350,8 +368,8 @@ class EpisodeRunner:
                     f"(a blocking call in async def; make it a plain def, which runs on a thread)", timed_out=True)
             return check(result)
         except asyncio.TimeoutError:
-            raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}",
-                                timed_out=True) from None
+            raise EpisodeFailed(f"environment {what} ran longer than environment.step_timeout_s = {limit:g}"
+                                f"{measurable_note(limit)}", timed_out=True) from None
         except TooManyHungCalls as exc:
             hung = ", ".join(f"{call} {n}x" for call, n in sorted(exc.calls.items()))
             raise RunError(

@@ -161,9 +161,12 @@ def success_bar(verifier_max: float, threshold: float | None) -> float | None:
     return None if verifier_max > 0 else ENV_SUCCESS
 
 
-def episode_solved(verifier_reward: float, verifier_max: float, env_reward: float, threshold: float | None) -> bool:
-    """Whether an episode solved its row (see ``environment.success_threshold``)."""
+def episode_solved(verifiers_solved: bool, verifier_reward: float, verifier_max: float, env_reward: float,
+                   threshold: float | None) -> bool:
+    """Whether an episode solved its row (see ``environment.success_threshold``):
+    ``verifiers_solved`` is the verifiers' verdict on its last turn, which decides when no
+    threshold is set and they can reward the row."""
     bar = success_bar(verifier_max, threshold)
     if bar is None:
-        return is_solved(verifier_reward, verifier_max)
+        return verifiers_solved
     return is_solved(verifier_reward + env_reward, bar)

@@ -193,8 +193,9 @@ class RolloutProducer:
                 rewards=[s.reward for s in mine],
                 max_reward=max((s.max_reward for s in mine), default=0.0),
                 scores=[dict(s.scores) for s in mine],
+                solved=[s.solved for s in mine],
             )
             if isinstance(self.sampler, RewardFeedbackSampler):
-                self.sampler.update(str(row["id"]), group.rewards, group.max_reward)
+                self.sampler.update(str(row["id"]), group.rewards, group.solved)
             groups[i] = group
         return groups, scored.stats

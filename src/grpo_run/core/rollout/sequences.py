@@ -27,6 +27,9 @@ class RolloutGroup:
     max_reward: float
     scores: list[dict[str, float]] = attrs.Factory(list)
     """Each completion's unweighted score per verifier (empty when not recorded)."""
+    solved: list[bool] = attrs.Factory(lambda self: [is_solved(r, self.max_reward) for r in self.rewards], takes_self=True)
+    """Whether each completion solved the row (its correctness verifiers said right,
+    :mod:`~grpo_run.core.scoring.correctness`); unset: its reward reached ``max_reward``."""
 
     @property
     def has_spread(self) -> bool:
@@ -113,7 +116,7 @@ def build_sequences(
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-        "reward/solve_rate": sum(is_solved(r, g.max_reward) for g in batch.groups for r in g.rewards) / rewards.numel(),
+        "reward/solve_rate": sum(s for g in batch.groups for s in g.solved) / rewards.numel(),
         "rollout/real_batch_size_ratio": float(keep.double().mean()),
         "rollout/sequences_trained": float(len(seqs)),
         "rollout/response_length_mean": float(lengths.mean()),

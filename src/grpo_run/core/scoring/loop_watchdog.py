@@ -21,7 +21,13 @@ from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from grpo_run.core.crash_frames import named
+
 POLL_S = 0.25
+HOLD_S = 0.5
+"""A step at least this long holds the event loop (a blocking call, not a coroutine's own work
+between awaits): :attr:`StepMonitor.on_hold` hears of it (``train.max_loop_hold_s`` bounds their
+total in a training step)."""
 
 _ACTIVITY: dict[int, str] = {}
 """Per thread id: what finer-grained work runs there now (``tool 'python'``); see :func:`doing`."""
@@ -59,6 +65,8 @@ class StepMonitor:
         """Per verifier: the longest single step seen (a blocking call shows here)."""
         self.thread: int | None = None
         """The loop's thread id (to read what it is :func:`doing`)."""
+        self.on_hold: Callable[[str, float], None] | None = None
+        """Called with (name, seconds) when a step that held the loop for :data:`HOLD_S` or more ends."""
 
     def held(self) -> tuple[str, float] | None:
         """(name, seconds) of the step holding the loop right now, the name saying what it is
@@ -81,6 +89,8 @@ class StepMonitor:
         took = time.monotonic() - current[1]
         if took > self.longest_step_s.get(current[0], 0.0):
             self.longest_step_s[current[0]] = took
+        if took >= HOLD_S and self.on_hold is not None:
+            self.on_hold(current[0], took)
         return took
 
 
@@ -101,13 +111,14 @@ class Tracked:
         inner = self._awaitable.__await__()
         send_value: Any = None
         throw: BaseException | None = None
+        step = named(self._name)  # a crash report names the code (crash_frames.py)
         while True:
             self._monitor.enter(self._name)
             try:
                 if throw is None:
-                    yielded = inner.send(send_value)
+                    yielded = step(inner.send, send_value)
                 else:
-                    yielded = inner.throw(throw)
+                    yielded = step(inner.throw, throw)
             except StopIteration as stop:
                 return stop.value
             finally:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from grpo_run.core.plugins.types import is_solved
 from grpo_run.core.scoring.metrics import ScoringMetrics
 
 
@@ -25,6 +26,10 @@ class ScoredCompletion:
     """Why some verifier gave no real score (timeout, exception, not enabled); None when all did."""
     gated: bool = False
     """A gate failed, so ``reward`` is its ``gate_fail_reward``."""
+    solved: bool = attrs.field(
+        default=attrs.Factory(lambda self: is_solved(self.reward, self.max_reward), takes_self=True))
+    """The row's correctness verifiers said right (:mod:`~grpo_run.core.scoring.correctness`);
+    unset: the reward reached its maximum (:func:`grpo_run.is_solved`)."""
 
 
 class ScoredBatch(Sequence[ScoredCompletion]):

@@ -35,6 +35,7 @@ import structlog
 from grpo_run.core.errors import PluginError
 from grpo_run.core.plugins.types import FINISH_REASON_KEY, NUM_TOKENS_KEY, reaches
 from grpo_run.core.scoring.async_verifiers import AsyncVerifiers
+from grpo_run.core.scoring.correctness import Correctness, Verdict
 from grpo_run.core.scoring.guards import TimeoutStreak
 from grpo_run.core.scoring.metrics import ErrorRateGuard, ScoringMetrics
 from grpo_run.core.scoring.planning import group_units, interleave_rows, plan_row
@@ -85,6 +86,9 @@ class RewardScorer:
     :param sync_pool: what runs the sync verifiers, called with :class:`SyncVerifiers`'
         arguments (default: :class:`SyncVerifiers`, worker processes of this process; a Ray
         placement passes its scoring actors).
+    :param correctness_verifiers: which verifiers decide whether a completion is solved
+        (``ScoredCompletion.solved``): ``"auto"``, ``"reward"`` or verifier names
+        (:mod:`~grpo_run.core.scoring.correctness`).
     :param own_pool: what runs a verifier that asks for a worker of its own
         (:class:`~grpo_run.OwnWorker`), called like ``sync_pool`` plus ``resources=`` (default: one
         worker process of this process; a Ray placement passes an actor of its own).
@@ -112,6 +116,7 @@ class RewardScorer:
         sync_pool: Callable[..., SyncVerifiers] | None = None,
         own_pool: Callable[..., Any] | None = None,
         row_verifiers: bool = True,
+        correctness_verifiers: str | Sequence[str] = "auto",
     ) -> None:
         if not verifiers:
             raise ValueError("RewardScorer needs at least one enabled verifier")
@@ -141,6 +146,10 @@ class RewardScorer:
             on_unit=self._heard,
         )
         self._rescalers = Rescalers(self._specs, self._policies)
+        try:
+            self.correctness = Correctness(self._policies, correctness_verifiers)
+        except ValueError as exc:
+            raise PluginError(str(exc)) from None
         self._streak.on_trip = self._sync.abort
         self.num_workers = self._sync.num_workers
         self.timeout_s = timeout_s
@@ -157,6 +166,7 @@ class RewardScorer:
             "reward scale",
             max_possible_score=self.max_possible_score,
             verification_reward=self.verification_reward,
+            solved_by=self.correctness.describe(),
             verifiers={n: ("gate" if p.gate else "additive") + (", all rows" if p.all_rows else "")
                        for n, p in self._policies.items()},
         )
@@ -192,8 +202,14 @@ class RewardScorer:
 
     def row_max_score(self, row: Mapping[str, Any]) -> float:
         """The most ``row`` can score if all its verifiers apply (the ``max_reward`` it would get)."""
-        names = [name for name, _ in plan_row(row, self.default_verifier, self._specs, self._all_rows, [], self.row_verifiers)]
-        return self.verification_reward * sum(self._policies[n].max_contribution for n in names)
+        return self.verification_reward * sum(self._policies[n].max_contribution for n in self._row_verifiers(row))
+
+    def can_solve(self, row: Mapping[str, Any]) -> bool:
+        """Whether a completion of ``row`` can ever count as solved (see :attr:`correctness`)."""
+        return self.correctness.can_solve(self._row_verifiers(row), self.row_max_score(row))
+
+    def _row_verifiers(self, row: Mapping[str, Any]) -> list[str]:
+        return [name for name, _ in plan_row(row, self.default_verifier, self._specs, self._all_rows, [], self.row_verifiers)]
 
     @property
     def worker_pids(self) -> list[int]:
@@ -209,6 +225,10 @@ class RewardScorer:
         """The async verifier holding the event loop right now and for how long (any thread)."""
         held = self._async.monitor.held()
         return None if held is None else (f"async verifier {held[0]!r}", held[1])
+
+    def count_loop_holds(self, count: Callable[[str, float], None]) -> None:
+        """``count(name, seconds)`` each time an async verifier held the event loop (a blocking call)."""
+        self._async.monitor.on_hold = lambda name, seconds: count(f"async verifier {name!r}", seconds)
 
     def show_warnings_with(self, sink: Callable[[str], None]) -> None:
         """Also show runtime warnings meant for a person (an async verifier blocking the event
@@ -321,6 +341,7 @@ class RewardScorer:
         maxima = [0.0] * len(rows)
         gate_rewards: list[float | None] = [None] * len(rows)
         scores: list[dict[str, float]] = [{} for _ in rows]
+        verdicts: list[list[Verdict]] = [[] for _ in rows]
         for plan, outcome in zip(planned, outcomes, strict=True):
             row = rows[plan.row]
             metrics.add(plan.verifier, outcome)
@@ -336,6 +357,8 @@ class RewardScorer:
                 continue
             policy = self._policies[plan.verifier]
             scores[plan.row][plan.verifier] = outcome.score
+            if plan.verifier in self.correctness.judges:
+                verdicts[plan.row].append(Verdict(outcome.score, policy.score_range[1], outcome.error is not None))
             if not policy.gate:
                 additive[plan.row] += policy.weight * outcome.score
                 maxima[plan.row] += policy.max_contribution
@@ -344,16 +367,14 @@ class RewardScorer:
                 fail = policy.gate_fail_reward
                 gate_rewards[plan.row] = fail if current is None else min(current, fail)
         scale = self.verification_reward
-        return [
-            ScoredCompletion(
-                reward=scale * a if g is None else g,
-                max_reward=scale * m,
-                scores=s,
-                error="; ".join(e) if e else None,
-                gated=g is not None,
-            )
-            for a, m, g, s, e in zip(additive, maxima, gate_rewards, scores, row_errors, strict=True)
-        ]
+        out = []
+        for a, m, g, s, e, v in zip(additive, maxima, gate_rewards, scores, row_errors, verdicts, strict=True):
+            reward, max_reward = scale * a if g is None else g, scale * m
+            out.append(ScoredCompletion(
+                reward=reward, max_reward=max_reward, scores=s, error="; ".join(e) if e else None,
+                gated=g is not None, solved=self.correctness.solved(v, reward, max_reward),
+            ))
+        return out
 
     def _log_failure(self, event: str, verifier: str | None, row: Mapping[str, Any], error: str) -> None:
         """Log the first ``max_logged_errors`` failures of each verifier (and of row planning)."""

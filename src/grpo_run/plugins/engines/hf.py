@@ -30,6 +30,10 @@ class HFEngineConfig:
 
     max_batch_size: int = attrs.field(default=256, validator=attrs.validators.gt(0))
     """Sequences per sampling call (one batch through the model); larger requests are split."""
+    device: str = attrs.field(default="auto", validator=attrs.validators.matches_re(r"auto|cpu|cuda(:\d+)?"))
+    """Where the engine's copy of the model runs: ``"auto"`` (the model's device), ``"cpu"`` or a
+    GPU such as ``"cuda:7"`` (one the learner ranks do not use, so generation's KV cache does not
+    sit beside learner rank 0; ``grpo-run plan`` suggests it where that makes a run fit)."""
     num_threads: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """torch intra-op threads while generating; 0 = the process's threads when generation runs
     alone (``rollout.async_steps = 1``), half of them (at least 1) when learner steps run beside it,
@@ -55,7 +59,7 @@ class HFEngine:
 
         self.config = config
         self.tokenizer = context.tokenizer
-        self.device = torch.device(context.device)
+        self.device = torch.device(context.device if config.device == "auto" else config.device)
         self.model = AutoModelForCausalLM.from_pretrained(
             context.model_path, dtype=context.dtype, attn_implementation=context.attn_implementation
         ).to(self.device)
@@ -77,15 +81,16 @@ class HFEngine:
         (``max_batch_size`` sequences at most): the KV buffers it reserves for the call's whole
         length, and one decode step's logits with their float32 softmax and float64 cumulative sum
         (the engine log-probs are taken per step, so no step's logits outlive it)."""
-        batch = min(config.max_batch_size, request.sequences)
+        batch = min(config.max_batch_size, -(-request.sequences // max(1, request.engines)))
         tokens = request.prompt_tokens + request.response_tokens
         kv = batch * tokens * request.layers * 2 * request.kv_dim * request.param_bytes
         step = batch * request.vocab * (4 + 4 + 8)
+        device = "" if config.device == "auto" else ("cuda:0" if config.device == "cuda" else config.device)
         return [
-            MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy"),
-            MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True),
+            MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", device=device),
+            MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True, device=device),
             MemoryPart("decode step", step, f"{batch} sequences x {request.vocab} logits, probabilities, "
-                       "cumulative sum", transient=True),
+                       "cumulative sum", transient=True, device=device),
         ]
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:

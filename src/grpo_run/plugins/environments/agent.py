@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from grpo_run import Chat, EpisodeResult, Tool
+from grpo_run.plugins.environments.agent_server import EpisodeServer, waiting
 
 
 def load_agent_function(path: str) -> Callable[..., Any]:
@@ -62,10 +63,10 @@ class AgentConfig:
     """Requests of one episode served at once (they take their turns one by one); one more is
     answered with HTTP 429 at once and its connection closed (OpenAI clients retry it)."""
     max_connections: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    """Connections the endpoint holds open at once, all episodes together; more wait in the
-    kernel's queue until one closes. 0: an eighth of the process's open-file limit (its soft
-    limit, lifted to the hard one), as the agent's own end of each connection takes a file of the
-    trainer process too."""
+    """Connections the endpoint holds open at once, all episodes together; one more is answered
+    with HTTP 429 at once and closed (OpenAI clients retry it). 0: an eighth of the process's
+    open-file limit (its soft limit, lifted to the hard one), as the agent's own end of each
+    connection takes a file of the trainer process too."""
 
 
 class AgentEnvironment:
@@ -75,8 +76,6 @@ class AgentEnvironment:
     Config = AgentConfig
 
     def __init__(self, config: AgentConfig, tools: Mapping[str, Tool]) -> None:
-        from grpo_run.plugins.environments.agent_server import EpisodeServer
-
         self.config = config
         self.label = config.function
         """How the run's messages name this environment's code (``still waiting`` lines)."""
@@ -85,7 +84,8 @@ class AgentEnvironment:
 
     async def run_episode(self, row: Mapping[str, Any], seed: int, chat: Chat) -> EpisodeResult:
         if self.server.port == 0:
-            await asyncio.to_thread(self.server.start)
+            with waiting(chat):  # the run's own set-up, not the agent's time
+                await asyncio.to_thread(self.server.start)
         token = self.server.open_episode(chat, asyncio.get_running_loop())
         try:
             try:

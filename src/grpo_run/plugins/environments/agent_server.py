@@ -15,29 +15,30 @@ further), a request while ``max_in_flight`` of its episode are being served 429 
 is read), and the episode's chat serialises the rest and counts them against its budgets. Both
 refusals close their connection, so its descriptor is free at once (keep-alive would hold it
 through the client's retry delay). All episodes together, the endpoint holds at most
-``max_connections`` connections open (:class:`CappedListener`), by default an eighth of the
-process's open-file limit: agent code runs in the trainer, so its own end of each connection
-takes a descriptor of the same process, and 16 agents opening 1000 connections each had
-exhausted 20,000. Past the cap, new connections wait in the kernel's queue until one closes.
+``max_connections`` connections open, by default an eighth of the process's open-file limit,
+and answers the surplus with 429 at once (:mod:`.agent_listener`).
+
+Capacity (``bench/bench_agent_endpoint.py``; docs/environments.md gives the figures): the
+endpoint's own handling, with answers that take no time, is the ceiling of requests per second;
+a real policy's batched turns are far slower, so its turns, not the endpoint, bound an agent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
+import contextlib
 import json
 import secrets
-import socket
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from grpo_run import Chat, ChatTurn, EpisodeOver
+from grpo_run.plugins.environments.agent_listener import CappedListener, lift_open_file_limit, quiet_at_cap
 
 MODEL_ID = "policy"
 """The one model the endpoint lists (any ``model`` in a request is accepted)."""
@@ -95,7 +96,7 @@ class EpisodeServer:
             if self._server is None:
                 import uvicorn
 
-                files = _lift_open_file_limit()
+                files = lift_open_file_limit()
                 self.max_connections = self.max_connections or max(64, files // 8)
                 sock = CappedListener(self.max_connections)
                 sock.bind(("127.0.0.1", 0))  # loopback only; a free port
@@ -121,7 +122,7 @@ class EpisodeServer:
     async def _run_server(self, sock: CappedListener) -> None:
         """uvicorn on this thread's own (plain asyncio) loop: the listener's pauses at its cap are
         not errors to log."""
-        asyncio.get_running_loop().set_exception_handler(_quiet_at_cap)
+        asyncio.get_running_loop().set_exception_handler(quiet_at_cap)
         await self._server.serve(sockets=[sock])
 
     def open_episode(self, chat: Chat, loop: asyncio.AbstractEventLoop) -> str:
@@ -166,6 +167,12 @@ class EpisodeServer:
         entry = self.episodes.get(token)
         if entry is None:
             return _error(404, "no such episode (it has ended)")
+        with waiting(entry.chat):  # from its arrival to its answer, the agent waits for the run
+            return await self._answer(request, token, entry)
+
+    async def _answer(self, request: Any, token: str, entry: EpisodeEntry) -> Any:
+        from starlette.responses import JSONResponse
+
         entry.requests += 1
         turns_left = getattr(entry.chat, "turns_left", None)
         if turns_left is not None and turns_left() <= 0:  # the episode is over: the empty turn now, not a 429
@@ -208,75 +215,10 @@ class EpisodeServer:
                                           entry.served))
 
 
-class AtCapacity(OSError):
-    """The endpoint holds ``max_connections`` connections: accepting pauses (asyncio stops
-    accepting for a second on EMFILE, which this is raised as)."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__(errno.EMFILE, f"the agent endpoint holds its {cap} connections (max_connections)")
-
-
-class CappedListener(socket.socket):
-    """The endpoint's listening socket (IPv4, stream): accepts no connection while ``cap`` of
-    those it accepted are open. Counted by the accepted sockets' ``close`` (asyncio's transports
-    close them), with a finalizer for one dropped unclosed."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__(socket.AF_INET, socket.SOCK_STREAM)
-        self.cap = cap
-        self.open = 0
-        self._lock = threading.Lock()
-
-    def accept(self) -> tuple[socket.socket, Any]:
-        with self._lock:
-            if self.open >= self.cap:
-                raise AtCapacity(self.cap)
-            self.open += 1
-        try:
-            fd, address = self._accept()  # type: ignore[attr-defined]
-        except BaseException:
-            self._release()
-            raise
-        conn = _Counted(self.family, self.type, self.proto, fileno=fd)
-        conn.release = weakref.finalize(conn, self._release)
-        return conn, address
-
-    def _release(self) -> None:
-        with self._lock:
-            self.open -= 1
-
-
-class _Counted(socket.socket):
-    """An accepted connection; closing it (or its collection) frees its place under the cap."""
-
-    release: Any = None
-
-    def close(self) -> None:
-        if self.release is not None:
-            self.release()  # a finalizer runs once
-        super().close()
-
-
-def _quiet_at_cap(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    if not isinstance(context.get("exception"), AtCapacity):
-        loop.default_exception_handler(context)
-
-
-def _lift_open_file_limit() -> int:
-    """Each connection to the endpoint costs the trainer two descriptors (the agent's end and
-    ours): lift the soft limit to the hard one, as vLLM and Ray do (1024 is a common soft limit).
-    Returns the soft limit now in force."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass  # as it was
-    return soft if soft != resource.RLIM_INFINITY else 1 << 16
+def waiting(chat: Chat) -> contextlib.AbstractContextManager[None]:
+    """``chat.waiting()``: time the episode's clock does not count (a chat without it: none)."""
+    method = getattr(chat, "waiting", None)
+    return method() if callable(method) else contextlib.nullcontext()
 
 
 async def _complete(chat: Chat, call: Mapping[str, Any]) -> ChatTurn | None:

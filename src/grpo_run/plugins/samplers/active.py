@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from grpo_run import ConfigIssue, RunConfig, RunError, is_solved
+from grpo_run import ConfigIssue, RunConfig, RunError
 from grpo_run.plugins.samplers.common import ShuffledEpochs
 
 class AllPromptsRetiredError(RunError):
@@ -22,8 +22,9 @@ class ActiveSamplerConfig:
         default=1.0,
         validator=attrs.validators.optional([attrs.validators.gt(0.0), attrs.validators.le(1.0)]),
     )
-    """A prompt whose latest group's pass rate (fraction of rewards equal to the maximum possible
-    reward, :func:`grpo_run.is_solved`) is at least this, in ``(0, 1]``, is retired for good. The default 1.0 retires only
+    """A prompt whose latest group's pass rate (the fraction of its samples that solved it: the
+    task's correctness verifiers said right, ``scoring.correctness_verifiers``) is at least this,
+    in ``(0, 1]``, is retired for good. The default 1.0 retires only
     prompts that every sample solved (their groups have zero reward spread and teach nothing);
     lower values retire mostly-solved prompts too. ``None`` (from Python) never retires."""
     shuffle: bool = True
@@ -46,9 +47,9 @@ class ActiveSampler:
     """Draws like ``uniform`` (same order for the same seed), skipping retired prompts.
 
     Feedback: after scoring each prompt's group, the loop calls
-    ``update(row_id, rewards, max_reward)`` with the row's ``"id"``, the group's rewards and the
-    maximum possible reward; the prompt's pass rate is the fraction of rewards equal to
-    ``max_reward``, and reaching ``no_resampling_pass_rate`` retires it.
+    ``update(row_id, rewards, solved)`` with the row's ``"id"``, the group's rewards and whether
+    each sample solved the row; the prompt's pass rate is the fraction solved, and reaching
+    ``no_resampling_pass_rate`` retires it.
 
     ``wants_nonzero_std = True`` asks the loop to keep drawing until the batch holds
     ``num_unique_prompts_rollout`` groups whose rewards are not all equal (active sampling).
@@ -113,15 +114,14 @@ class ActiveSampler:
                 out.append(row)
         return out
 
-    def update(self, row_id: str, rewards: Sequence[float], max_reward: float) -> None:
+    def update(self, row_id: str, rewards: Sequence[float], solved: Sequence[bool]) -> None:
         """Record the pass rate of ``row_id``'s latest group and retire the prompt if it reached the threshold."""
         row_id = str(row_id)
         if row_id not in self.index_of:
             raise KeyError(f"active sampler: no prompt with id {row_id!r}")
-        if not rewards:
-            raise ValueError(f"active sampler: empty reward group for prompt {row_id!r}")
-        passed = sum(1 for r in rewards if is_solved(r, max_reward))
-        rate = passed / len(rewards)
+        if not solved:
+            raise ValueError(f"active sampler: empty group for prompt {row_id!r}")
+        rate = sum(map(bool, solved)) / len(solved)
         self.pass_rates[row_id] = rate
         threshold = self.config.no_resampling_pass_rate
         if threshold is not None and rate >= threshold:

@@ -23,6 +23,7 @@ import torch
 
 from grpo_run.core.config.schema import OptimSection
 from grpo_run.core.learner.offpolicy import polyak_update
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.rollout.packing import SequenceToPack, token_balanced_groups
 
 
@@ -47,6 +48,10 @@ class Strategy:
     the same format (single and ddp share ``"torch"``)."""
     rank = 0
     world_size = 1
+
+    def load_device(self, device: str) -> str:
+        """Where the policy is loaded before :meth:`setup` (the run's device; fsdp2: the CPU)."""
+        return device
 
     def setup(self, policy: torch.nn.Module, optim: OptimSection, max_grad_norm: float) -> torch.optim.Optimizer:
         """Wrap ``policy`` for training and return the optimizer whose ``param_groups`` the LR
@@ -131,9 +136,26 @@ class Strategy:
     def load_files(self, directory: Path) -> None:
         """Read back what :meth:`save_files` wrote."""
 
+    def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
+        """Load the reference policy (``loader.load(device)``) and hold it as this strategy holds frozen
+        weights; returns the module its no-grad log-prob forwards go through. Every rank runs
+        the same number of them (:meth:`max_over_ranks`), as for the policy's. One process: whole,
+        on ``model.device``."""
+        return loader.load()
+
     def polyak(self, reference: torch.nn.Module, alpha: float) -> None:
-        """Move the (unsharded) reference towards the policy."""
+        """Move the reference (held whole) towards the policy."""
         polyak_update(reference, self.policy, alpha)
+
+    def reference_state_dict(self, reference: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        """The reference's full weights as detached copies, on the main rank (``None`` on the
+        others; every rank must call it where gathering is collective)."""
+        return {k: v.detach().clone() for k, v in reference.state_dict().items()}
+
+    def load_reference_state_dict(self, reference: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        """Load full weights from :meth:`reference_state_dict` (every rank is given all of them
+        and keeps its part)."""
+        reference.load_state_dict(state)
 
     def combine_metrics(self, metrics: dict[str, float], totals: Mapping[str, float]) -> dict[str, float]:
         """One set of step metrics from every rank's (``totals``: this rank's ``real_tokens``,

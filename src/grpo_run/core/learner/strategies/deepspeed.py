@@ -4,8 +4,13 @@ DeepSpeed wraps the run's own AdamW (a client optimizer: no fused_adam build) in
 optimizer, averages gradients over ranks, clips them at ``optim.max_grad_norm`` and steps; the LR
 schedule keeps driving the client optimizer's ``param_groups``, which ZeRO steps. With
 ``zero_stage = 3`` parameters are partitioned too: full weights for checkpoints and engines are
-gathered layer by layer onto rank 0, and the Polyak update of the (unpartitioned) reference
-gathers one policy parameter at a time.
+gathered layer by layer onto rank 0.
+
+The reference policy (``kl.beta > 0``): under ZeRO-3 it is partitioned like the policy by an
+engine of its own without an optimizer (DeepSpeed's ZeRO-3 inference mode, with the same
+parameter offloading), which gathers each module's parameters around its forward; a Polyak update
+is local arithmetic between matching partitions. Under ZeRO-1/2 it stays whole on every rank (as
+the policy's weights do: those stages shard only gradients and optimizer state).
 
 Checkpoints hold the full weights in Hugging Face format like every strategy, plus DeepSpeed's own
 sharded optimizer files (``engine.save_checkpoint``, one file per rank) under ``learner_state/``:
@@ -18,7 +23,7 @@ On a CPU machine DeepSpeed JIT-compiles a small C++ op on first use (30-90 s, ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ import torch
 
 from grpo_run.core.config.processes import LearnerSection
 from grpo_run.core.config.schema import OptimSection
+from grpo_run.core.learner.reference import ReferenceLoader
 from grpo_run.core.learner.strategies.base import make_optimizer
 from grpo_run.core.learner.strategies.parallel import DataParallel
 
@@ -55,6 +61,22 @@ def deepspeed_config(learner: LearnerSection, max_grad_norm: float, dtype: torch
     }
 
 
+def reference_config(learner: LearnerSection, dtype: torch.dtype) -> dict[str, Any]:
+    """The DeepSpeed config of the ZeRO-3 reference's engine: partitioned (and offloaded) like the
+    policy, in the reference's dtype, no optimizer."""
+    zero: dict[str, Any] = {"stage": 3}
+    if learner.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": zero,
+        "bf16": {"enabled": dtype == torch.bfloat16},
+        "fp16": {"enabled": dtype == torch.float16},
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
 class DeepSpeedStrategy(DataParallel):
     name = "deepspeed"
 
@@ -63,6 +85,8 @@ class DeepSpeedStrategy(DataParallel):
         self.learner = learner
         self.stage = learner.stage
         self.state_format = f"deepspeed-zero{self.stage}-x{world_size}"
+        self.reference_engine: Any = None
+        """ZeRO-3: the engine that partitions the reference policy (:meth:`setup_reference`)."""
 
     def setup(self, policy: torch.nn.Module, optim: OptimSection, max_grad_norm: float) -> torch.optim.Optimizer:
         import deepspeed
@@ -128,15 +152,59 @@ class DeepSpeedStrategy(DataParallel):
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load its state from {directory}")
 
+    def setup_reference(self, loader: ReferenceLoader) -> torch.nn.Module:
+        reference = loader.load()
+        if self.stage < 3:
+            return reference
+        import deepspeed
+
+        dtype = next(reference.parameters()).dtype
+        self.reference_engine, _, _, _ = deepspeed.initialize(
+            model=reference, config=reference_config(self.learner, dtype), dist_init_required=False
+        )
+        # Forwards go through the module itself (its hooks gather each module's parameters), like
+        # the policy's no-grad passes.
+        return self.reference_engine.module
+
     def polyak(self, reference: torch.nn.Module, alpha: float) -> None:
         if self.stage < 3:
             return super().polyak(reference, alpha)
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+        # Reference and policy are partitioned alike (the same shapes over the same ranks): each
+        # rank moves its own partition, nothing is gathered.
+        refs = list(reference.parameters())
+        with torch.no_grad():
+            for ref, param in zip(refs, self.policy.parameters(), strict=True):
+                mine = ref.ds_tensor
+                if mine.numel() != param.ds_tensor.numel():
+                    raise RuntimeError("the ZeRO-3 reference and policy are not partitioned alike")
+                mine.mul_(1.0 - alpha).add_(param.ds_tensor.to(device=mine.device, dtype=mine.dtype), alpha=alpha)
+        # Small parameters that ZeRO-3 keeps gathered (stage3_param_persistence_threshold) now hold
+        # stale whole copies: released, they are gathered again from the moved partitions.
+        stale = [p for p in refs if p.ds_status == ZeroParamStatus.AVAILABLE]
+        if stale:
+            stale[0].partition(param_list=stale)
+
+    def reference_state_dict(self, reference: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        if self.stage < 3:
+            return super().reference_state_dict(reference)
+        state = self.reference_engine._zero3_consolidated_16bit_state_dict()  # collective, a module at a time
+        return {k: v.clone() for k, v in state.items()} if self.is_main else None
+
+    def load_reference_state_dict(self, reference: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        if self.stage < 3:
+            return super().load_reference_state_dict(reference, state)
         import deepspeed
 
         with torch.no_grad():
-            for ref, param in zip(reference.parameters(), self.policy.parameters(), strict=True):
-                with deepspeed.zero.GatheredParameters([param]):  # collective per parameter
-                    ref.mul_(1.0 - alpha).add_(param.detach().to(device=ref.device, dtype=ref.dtype), alpha=alpha)
+            for name, param in reference.named_parameters():
+                # Rank 0's copy is broadcast and partitioned again on leaving.
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+                    if self.is_main:
+                        param.data.copy_(state[name])
 
     def close(self) -> None:
         self.engine.destroy()
+        if self.reference_engine is not None:
+            self.reference_engine.destroy()

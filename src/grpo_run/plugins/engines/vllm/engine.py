@@ -19,13 +19,13 @@ from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.adapters import AdapterFiles
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, worker_environment
 from grpo_run.plugins.engines.vllm.config import VLLMEngineConfig
+from grpo_run.plugins.engines.vllm.memory import CPU_KV_CACHE_GB, vllm_memory_parts
 from grpo_run.plugins.engines.vllm.weights import NcclWeights, SharedMemoryWeights
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
 
 log = structlog.get_logger()
-CPU_KV_CACHE_GB = 1.0
 SEED_MODULUS = 2**31 - 1
 
 
@@ -40,16 +40,10 @@ class VLLMEngine:
 
     @classmethod
     def memory_parts(cls, config: VLLMEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
-        """On a GPU, the share of the device vLLM reserves (``gpu_memory_utilization``: weights,
-        activations and KV cache inside it); on the CPU, its weights and KV cache space; in a
-        process of its own either way."""
-        if request.device == "cuda" and request.device_bytes:
-            share = config.gpu_memory_utilization * request.device_bytes / config.tensor_parallel_size
-            return [MemoryPart("reserved share", share, f"gpu_memory_utilization = {config.gpu_memory_utilization:g}",
-                               own_process=True)]
-        kv = (config.kv_cache_memory_gb or CPU_KV_CACHE_GB) * 2**30
-        return [MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", own_process=True),
-                MemoryPart("KV cache", kv, "kv_cache_memory_gb", own_process=True)]
+        """On a GPU, the share of each of its GPUs vLLM reserves (weights, activations and KV cache
+        inside it; what it can hold is checked); on the CPU, its weights and KV cache space; in a
+        process of its own either way (:mod:`.memory`: no vLLM needed)."""
+        return vllm_memory_parts(config, request)
 
     def __init__(self, config: VLLMEngineConfig, context: EngineContext) -> None:
         import torch

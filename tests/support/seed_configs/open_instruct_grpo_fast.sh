@@ -1,0 +1,44 @@
+#!/bin/bash
+# A grpo_fast command line in the shape of Open Instruct's scripts/train: a launcher's options,
+# then the script and its arguments.
+python mason.py \
+    --cluster ai2/example \
+    --priority high \
+    --num_nodes 1 \
+    --gpus 8 -- source configs/beaker_configs/ray_node_setup.sh \&\& python open_instruct/grpo_fast.py \
+    --exp_name qwen_math_grpo \
+    --beta 0.01 \
+    --num_unique_prompts_rollout 48 \
+    --num_samples_per_prompt_rollout 16 \
+    --kl_estimator kl3 \
+    --learning_rate 5e-7 \
+    --dataset_mixer_list ai2-adapt-dev/rlvr_gsm8k_zs 1.0 ai2-adapt-dev/rlvr_math_zs 2000 \
+    --dataset_mixer_list_splits train \
+    --dataset_mixer_eval_list ai2-adapt-dev/rlvr_gsm8k_zs 16 \
+    --dataset_mixer_eval_list_splits test \
+    --max_prompt_token_length 512 \
+    --response_length 1024 \
+    --pack_length 2048 \
+    --model_name_or_path Qwen/Qwen2.5-7B \
+    --stop_strings "</answer>" \
+    --apply_r1_style_format_reward \
+    --apply_verifiable_reward true \
+    --non_stop_penalty True \
+    --non_stop_penalty_value 0.0 \
+    --temperature 1.0 \
+    --chat_template_name r1_simple_chat_postpend_think \
+    --total_episodes 2000000 \
+    --deepspeed_stage 2 \
+    --per_device_train_batch_size 1 \
+    --num_mini_batches 2 \
+    --loss_denominator 1024 \
+    --num_learners_per_node 6 \
+    --num_epochs 1 \
+    --vllm_tensor_parallel_size 1 \
+    --vllm_num_engines 2 \
+    --lr_scheduler_type constant \
+    --seed 1 \
+    --local_eval_every 25 \
+    --save_freq 40 \
+    --gradient_checkpointing \
+    --with_tracking
