@@ -33,7 +33,9 @@ from grpo_run.core.plugins.abilities import (
     ShapingConfig,
     Stateful,
     StreamingEngine,
+    TakesAdapters,
 )
+from grpo_run.core.plugins.adapters import POLICY_ADAPTER, AdapterSlots, LoraAdapter
 from grpo_run.core.plugins.contracts import (
     Environment,
     GenerationEngine,
@@ -96,6 +98,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree that is not
 
 __all__ = [
     "Action",
+    "AdapterSlots",
     "Chat",
     "ChatTurn",
     "DrivenEnvironment",
@@ -131,11 +134,13 @@ __all__ = [
     "Loss",
     "LossInputs",
     "LossOutput",
+    "LoraAdapter",
     "MemoryPart",
     "MemoryRequest",
     "ModelSource",
     "NoConfig",
     "OwnWorker",
+    "POLICY_ADAPTER",
     "PlansMemory",
     "PluginError",
     "PromptRow",
@@ -153,6 +158,7 @@ __all__ = [
     "ShapingVerifierConfig",
     "Stateful",
     "StreamingEngine",
+    "TakesAdapters",
     "TakesRunDefaults",
     "Task",
     "TrainResult",

@@ -182,11 +182,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grpo_run.cli.data_check import check_data, oversized_prompts, print_data_summary
 
         from grpo_run.core.config.advice import config_warnings
+        from grpo_run.core.config.lora_sync import choose_lora_sync
 
         rows = check_data(cfg, host.registry)
         print(f"{args.config}: ok")
         for text in config_warnings(cfg):
             print_problem(Console(stderr=True, highlight=False), "warning:", text)
+        if (sync := choose_lora_sync(cfg, host.registry)) is not None:
+            print(f"LoRA weight sync: {sync.note or sync.mode}")
         print_data_summary(Console(highlight=False), rows, oversized_prompts(cfg, host, rows))
         return 0
     from grpo_run.core.loop.run import train

@@ -16,6 +16,7 @@ from cattrs.errors import ClassValidationError
 from grpo_run.core.config.converter import make_converter
 from grpo_run.core.config.formatting import describe_value, issues_from_exception, join_path
 from grpo_run.core.config.invariants import check_invariants
+from grpo_run.core.config.lora_sync import lora_sync_issues
 from grpo_run.core.config.run_defaults import apply_run_defaults
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import ConfigError, ConfigIssue
@@ -61,6 +62,7 @@ def parse_config(data: Mapping[str, Any], registry: ComponentRegistry, source: s
         raise ConfigError(source, found + _invariants_without(data, found, converter)) from exc
     cfg, issues = apply_run_defaults(cfg)
     issues += check_invariants(cfg)
+    issues += lora_sync_issues(cfg, registry)
     if set_aside is not None:
         set_aside += [issue for issue in issues if issue.about_machine]
         issues = [issue for issue in issues if not issue.about_machine]

@@ -50,9 +50,10 @@ class LoraSection:
     """LoRA adapters (through ``peft``, the ``grpo-run[peft]`` extra): only the adapters train.
 
     The table ``[model.lora]`` turns LoRA on. The reference policy is the base model with the
-    adapters disabled (no second copy of the weights); engines receive the merged weights at every
-    sync; checkpoints hold the adapter (``adapter_config.json``, ``adapter_model.safetensors``,
-    loadable with ``peft.PeftModel.from_pretrained``) and, with ``save_merged``, the merged model.
+    adapters disabled (no second copy of the weights); engines receive the adapter at every sync
+    (or the merged weights: ``sync``); checkpoints hold the adapter (``adapter_config.json``,
+    ``adapter_model.safetensors``, loadable with ``peft.PeftModel.from_pretrained``) and, with
+    ``save_merged``, the merged model.
     """
 
     r: int = attrs.field(default=16, validator=positive)
@@ -76,6 +77,11 @@ class LoraSection:
     """Initialisation of ``A`` (``B`` starts at zero either way, so the first policy is the base model)."""
     save_merged: bool = False
     """Also write the merged model (Hugging Face format) to ``merged/`` in every checkpoint."""
+    sync: Literal["adapter", "merged"] | None = None
+    """What engines receive at each weight sync: ``"adapter"``, the adapter's own tensors (they
+    keep the base model and swap the adapter in place); ``"merged"``, the whole model with the
+    adapter merged in. Unset: ``"adapter"`` where the engine can serve this adapter (``vllm``
+    cannot serve DoRA or ``modules_to_save``), else ``"merged"``, and the run says why."""
 
 
 @attrs.frozen

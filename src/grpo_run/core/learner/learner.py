@@ -42,6 +42,7 @@ from grpo_run.core.runlog import get_logger
 from grpo_run.core.plugins.types import LossInputs
 from grpo_run.core.compat import enable_activation_checkpointing
 from grpo_run.core.learner.spec import LearnerSpec
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.contracts import KLEstimator, Loss
 from grpo_run.core.learner.layout import SequenceLayout
 from grpo_run.core.learner.logprobs import completion_logprobs
@@ -113,16 +114,19 @@ class Learner:
         # whichever worker thread runs a step: the setting is per thread, and the engine sets its own.
         self.num_threads = torch.get_num_threads()
 
-    def weights_snapshot(self) -> dict[str, torch.Tensor]:
+    def weights_snapshot(self) -> dict[str, torch.Tensor] | LoraAdapter:
         """A detached copy of the policy weights, safe to hand to a generator while training goes on
         (gathered on rank 0 of a data-parallel learner: ``None`` on the other ranks).
 
-        With LoRA: the merged weights under the base model's names (what an engine that loaded
-        the base model expects)."""
-        if self.spec.model.lora is not None:
-            from grpo_run.core.learner.lora import merged_state_dict
+        With LoRA: the adapter alone (``model.lora.sync = "adapter"``), or the merged weights under
+        the base model's names (what an engine that loaded the base model expects)."""
+        lora = self.spec.model.lora
+        if lora is not None:
+            from grpo_run.core.learner.lora import adapter_snapshot, merged_state_dict
 
-            return merged_state_dict(self.policy) if self.strategy.is_main else None  # type: ignore[return-value]
+            if not self.strategy.is_main:
+                return None  # type: ignore[return-value]
+            return adapter_snapshot(self.policy) if lora.sync == "adapter" else merged_state_dict(self.policy)
         return self.strategy.full_state_dict()  # type: ignore[return-value]
 
     # -- one step --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""LoRA through ``peft``: wrapping the policy, the adapter-disabled reference, merged weights.
+"""LoRA through ``peft``: wrapping the policy, the adapter-disabled reference, what engines receive.
 
 Three seams of the learner change with LoRA, and nothing else does:
 
@@ -6,16 +6,18 @@ Three seams of the learner change with LoRA, and nothing else does:
   ``modules_to_save``); :func:`wrap_policy` builds it, or loads a saved adapter to resume;
 * the reference policy is the same model with its adapters disabled (:class:`AdapterDisabledView`),
   so no second copy of the base weights exists;
-* engines receive merged weights under the base model's parameter names
-  (:func:`merged_state_dict`), so an engine that loads the base model takes them with
-  ``load_state_dict(strict=True)`` and never needs to know about adapters.
+* engines receive, at every weight sync, either the adapter alone (``model.lora.sync =
+  "adapter"``: :func:`adapter_snapshot`, a :class:`~grpo_run.LoraAdapter` of the adapter's tensors
+  and peft config, which an engine with :class:`~grpo_run.TakesAdapters` loads on its own copy of
+  the base model) or the merged weights under the base model's parameter names
+  (``"merged"``: :func:`merged_state_dict`, which an engine loads with
+  ``load_state_dict(strict=True)`` without knowing about adapters).
 
 ``peft`` is imported only here, when LoRA is configured (extra ``grpo-run[peft]``).
 """
 
-from __future__ import annotations
-
 import copy
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,10 @@ from typing import Any
 import torch
 
 from grpo_run.core.compat import peft_reading_deprecated_properties
+from grpo_run.core.config.lora_sync import peft_fields
 from grpo_run.core.config.schema import LoraSection
 from grpo_run.core.errors import UserError
+from grpo_run.core.plugins.adapters import POLICY_ADAPTER, LoraAdapter
 
 ADAPTER = "default"
 """The adapter's name inside the ``PeftModel`` (peft's default; the saved adapter is at the top
@@ -43,21 +47,7 @@ def _peft() -> Any:
 
 def lora_config(section: LoraSection) -> Any:
     """The ``peft.LoraConfig`` for ``[model.lora]``."""
-    peft = _peft()
-    target = section.target_modules
-    return peft.LoraConfig(
-        r=section.r,
-        lora_alpha=section.alpha,
-        lora_dropout=section.dropout,
-        target_modules=target if isinstance(target, str) else list(target),
-        modules_to_save=list(section.modules_to_save) or None,
-        layers_to_transform=list(section.layers_to_transform) or None,
-        use_rslora=section.use_rslora,
-        use_dora=section.use_dora,
-        init_lora_weights=True if section.init == "default" else "gaussian",
-        bias="none",  # trained biases would also change the adapter-disabled reference
-        task_type="CAUSAL_LM",
-    )
+    return _peft().LoraConfig(**peft_fields(section))
 
 
 def wrap_policy(base: torch.nn.Module, section: LoraSection, adapter_from: str | None = None) -> Any:
@@ -132,6 +122,41 @@ def merged_state_dict(policy: Any) -> dict[str, torch.Tensor]:
     return out
 
 
+def adapter_snapshot(policy: Any) -> LoraAdapter:
+    """The policy's adapter as engines receive it: its tensors (detached copies, under peft's saved
+    names) and its peft config as ``adapter_config.json`` would hold it (``target_modules``
+    resolved to the module names, e.g. from ``"all-linear"``)."""
+    peft = _peft()
+    # Not "auto": that would read the base model's config from disk at every sync to decide.
+    state = peft.get_peft_model_state_dict(policy, adapter_name=ADAPTER, save_embedding_layers=False)
+    tensors = {name: value.detach().clone() for name, value in state.items()}
+    return LoraAdapter(POLICY_ADAPTER, adapter_config(policy), tensors)
+
+
+def adapter_config(policy: Any) -> dict[str, Any]:
+    """The policy's peft adapter config as plain JSON data (sets as sorted lists)."""
+    config = policy.peft_config[ADAPTER].to_dict()
+    return json.loads(json.dumps(config, default=lambda value: sorted(value) if isinstance(value, set) else str(value)))
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""What marks a LoRA checkpoint (peft's adapter, with no full model beside it)."""
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""The adapter's tensors in a checkpoint (peft's file name)."""
+
+
+def saved_adapter(checkpoint: Path) -> LoraAdapter:
+    """The adapter saved in the checkpoint directory ``checkpoint``, as engines receive it."""
+    from safetensors.torch import load_file
+
+    try:
+        config = json.loads((checkpoint / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        tensors = load_file(checkpoint / ADAPTER_WEIGHTS)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{checkpoint}: cannot read the LoRA adapter: {exc}") from None
+    return LoraAdapter(POLICY_ADAPTER, config, tensors)
+
+
 def save_merged_model(policy: Any, directory: Any) -> None:
     """Write the merged model to ``directory`` in Hugging Face format (config + safetensors)."""
     base = policy.get_base_model()
@@ -151,10 +176,6 @@ def merged_model_writer(learner: Any) -> Callable[[Path], None] | None:
     if lora is None or not lora.save_merged:
         return None
     return lambda checkpoint: save_merged_model(learner.policy, checkpoint / MERGED_DIR)
-
-
-ADAPTER_CONFIG = "adapter_config.json"
-"""What marks a LoRA checkpoint (peft's adapter, with no full model beside it)."""
 
 
 def write_merged_checkpoint(checkpoint: Path, directory: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import torch
 
+from grpo_run.core.config.lora_sync import adapter_slots, choose_lora_sync, resolved_lora
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder, PromptSet, tokenise_prompt_set
 from grpo_run.core.data.sources import load_rows
@@ -109,7 +110,7 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
             revision=m.revision, trust_remote_code=m.trust_remote_code,
             gradient_checkpointing=checkpointing,
             policy_from=str(policy_from) if policy_from is not None else None,
-            autocast=m.autocast, lora=m.lora,
+            autocast=m.autocast, lora=resolved_lora(cfg, registry),
         ),
         algorithm=cfg.algorithm,
         optim=cfg.optim,
@@ -176,7 +177,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
                 EngineContext(model_path=model_path, tokenizer=tokenizer, dtype=spec.model.torch_dtype,
                               device=spec.model.device, seed=cfg.run.seed,
                               attn_implementation=cfg.model.attn_implementation,
-                              overlaps_learner=cfg.rollout.async_steps > 1),
+                              overlaps_learner=cfg.rollout.async_steps > 1, adapters=adapter_slots(cfg, registry)),
                 cfg.engine.num_engines,
             )
             scorer_started.result()  # re-raises a failed start
@@ -194,7 +195,11 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
     r = cfg.rollout
     params = SamplingParams(n=r.num_samples_per_prompt_rollout, max_new_tokens=r.response_length,
                             temperature=r.temperature, top_p=r.top_p, stop_strings=tuple(r.stop_strings))
-    notes = [note for note in (budget_note, row_verifier_note(cfg, prompts.train)) if note is not None]
+    sync = choose_lora_sync(cfg, registry)
+    if sync is not None:
+        log.info("lora_sync", mode=sync.mode, engine=cfg.engine.name, reason=sync.refusal)
+    lora_note = sync.note if sync is not None else None
+    notes = [note for note in (budget_note, lora_note, row_verifier_note(cfg, prompts.train)) if note is not None]
     prompts.warnings.extend(unsolvable_warnings(cfg, scorer, prompts.train, prompts.eval))
     if warn is not None:
         scorer.show_warnings_with(warn)

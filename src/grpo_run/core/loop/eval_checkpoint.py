@@ -1,5 +1,7 @@
 """Evaluating a saved checkpoint without training (``grpo-run eval CONFIG --checkpoint DIR``):
-the run's eval prompts, verifiers, engine and ``[eval]`` settings, the checkpoint's weights."""
+the run's eval prompts, verifiers, engine and ``[eval]`` settings, the checkpoint's weights (a
+LoRA checkpoint's adapter pushed onto the base model when the run syncs adapters, else its merged
+model)."""
 
 from __future__ import annotations
 
@@ -13,17 +15,20 @@ from pathlib import Path
 
 import attrs
 
+from grpo_run.core.config.lora_sync import adapter_slots, choose_lora_sync
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.data.prompts import PromptEncoder
 from grpo_run.core.data.sources import load_rows
 from grpo_run.core.errors import RunError, UserError
-from grpo_run.core.learner.lora import ADAPTER_CONFIG, MERGED_DIR, write_merged_checkpoint
+from grpo_run.core.learner.lora import ADAPTER_CONFIG, MERGED_DIR, saved_adapter, write_merged_checkpoint
 from grpo_run.core.learner.spec import resolve_device
 from grpo_run.core.loop.checkpoint import TRAINER_STATE, find_checkpoint
-from grpo_run.core.loop.build import build_episode_runner, build_scorer, load_tokenizer
+from grpo_run.core.loop.build import build_episode_runner, build_scorer, load_tokenizer, resolve_model_path
 from grpo_run.core.loop.evaluation import Evaluator
 from grpo_run.core.loop.traces import TraceWriter
+from grpo_run.core.loop.weight_sync import push_snapshot
 from grpo_run.core.plugins.families import ENGINE
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.plugins.types import EngineContext, SamplingParams
 from grpo_run.core.scoring.scorer import RewardScorer
@@ -115,13 +120,22 @@ def evaluate_checkpoint(
         raise UserError(f"every eval prompt is longer than data.max_prompt_token_length={cfg.data.max_prompt_token_length}")
     import torch
 
-    with full_weights(model_dir) as weights:  # kept for the engine's life (an engine may load lazily)
+    adapter = checkpoint_adapter(cfg, host, model_dir)
+    weights_of = contextlib.nullcontext(Path(resolve_model_path(cfg, host))) if adapter else full_weights(model_dir)
+    with weights_of as weights:  # kept for the engine's life (an engine may load lazily)
         engine = registry.get(ENGINE, cfg.engine.name)(
             cfg.engine.config,
             EngineContext(model_path=str(weights), tokenizer=tokenizer, dtype=getattr(torch, cfg.model.dtype),
                           device=resolve_device(cfg.model.device), seed=cfg.run.seed,
-                          attn_implementation=cfg.model.attn_implementation),
+                          attn_implementation=cfg.model.attn_implementation,
+                          adapters=adapter_slots(cfg, registry) if adapter else None),
         )
+        if adapter is not None:  # the base model, then the checkpoint's adapter, as in the run
+            try:
+                asyncio.run(push_snapshot(engine, adapter, step or 0))
+            except BaseException:
+                engine.close()
+                raise
         scorer = build_scorer(cfg, registry)
         scorer.load_state_dict(saved_scorer_state(checkpoint_dir_of(model_dir)))  # e.g. a standardisation's moments
         traces = None
@@ -148,6 +162,16 @@ def evaluate_checkpoint(
         record = {"checkpoint": str(model_dir), "step": step, **metrics}
         (output_dir / EVAL_METRICS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return CheckpointEval(model_dir, step, metrics)
+
+
+def checkpoint_adapter(cfg: RunConfig, host: PluginHost, model_dir: Path) -> LoraAdapter | None:
+    """The adapter of a LoRA checkpoint when the config's run syncs adapters (``model.lora.sync``):
+    the engine then loads the base model and takes the adapter, as in training; ``None`` for a full
+    model, or when the run syncs merged weights."""
+    sync = choose_lora_sync(cfg, host.registry)
+    if sync is None or sync.mode != "adapter" or not (model_dir / ADAPTER_CONFIG).is_file():
+        return None
+    return saved_adapter(model_dir)
 
 
 async def _evaluate(evaluator: Evaluator, scorer: RewardScorer, step: int) -> dict[str, float]:

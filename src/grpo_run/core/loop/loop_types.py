@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import attrs
 
 from grpo_run.core.config.schema import AlgorithmSection
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.rollout.packing import SequenceToPack
 from grpo_run.core.rollout.sequences import RolloutBatch
 
@@ -30,13 +31,16 @@ class LearnerLike(Protocol):
 
     def skip_step(self) -> None: ...
 
-    def weights_snapshot(self) -> Mapping[str, Any]: ...
+    def weights_snapshot(self) -> Mapping[str, Any] | LoraAdapter: ...
 
 
 class WeightSink(Protocol):
-    """Receives new weights (the generation engine)."""
+    """Receives new weights (the generation engine): full weights, or with ``model.lora.sync =
+    "adapter"`` the LoRA adapter (:mod:`.weight_sync` calls the one that fits the snapshot)."""
 
     async def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None: ...
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None: ...
 
 
 class EvaluatorLike(Protocol):
@@ -72,7 +76,7 @@ class LoopState:
 
     version: int = 0
     """Learner steps completed (the version of the newest weights)."""
-    snapshot: Mapping[str, Any] | None = None
+    snapshot: Mapping[str, Any] | LoraAdapter | None = None
     engine_version: int = 0
     stopping: bool = False
     stop_reason: str = ""

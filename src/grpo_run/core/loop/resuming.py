@@ -13,6 +13,7 @@ from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.errors import UserError
 from grpo_run.core.loop.build import RunParts
 from grpo_run.core.loop.checkpoint import find_checkpoint, load_trainer_state, restore_rng_state
+from grpo_run.core.loop.weight_sync import push_snapshot
 from grpo_run.core.runlog import get_logger
 
 
@@ -39,8 +40,8 @@ def restore(parts: RunParts, state: Mapping[str, Any], checkpoint: Path) -> None
     step = int(state["step"])
     parts.learner.load_state_dict(state["learner"], checkpoint)
     parts.producer.load_rollout_state(state)
-    # The engine starts from model.name_or_path: give it the checkpoint's weights and version.
-    asyncio.run(parts.engine.update_weights(parts.learner.weights_snapshot(), step))
+    # The engine starts from model.name_or_path: give it the checkpoint's weights (or adapter) and version.
+    asyncio.run(push_snapshot(parts.engine, parts.learner.weights_snapshot(), step))
     restore_rng_state(state["rng"])
 
 

@@ -27,12 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from grpo_run.core.errors import RunError
 from grpo_run.core.loop.loop_types import LoopParts, LoopSettings, LoopState
 
 __all__ = ["LoopParts", "LoopSettings", "LoopState", "TrainingLoop"]  # the settings and parts live in .loop_types
 from grpo_run.core.loop.observers import Observer, StepEvent, emit
 from grpo_run.core.loop.pipeline import NoPipeline, PipelineListener
+from grpo_run.core.loop.weight_sync import push_snapshot
 from grpo_run.core.rollout.sequences import build_sequences, group_signal
 from grpo_run.core.runlog import get_logger
 
@@ -91,6 +91,7 @@ class TrainingLoop:
         self.parts = parts
         self.pipeline = pipeline if pipeline is not None else NoPipeline()
         self._sync_s = 0.0  # seconds loading weights into the engine since the last step event
+        self._sync_bytes = 0  # bytes handed to each engine since the last step event
         self.settings = settings
         self.observers = list(observers)
         # Resuming at start_step: the learner and the engine already hold that step's weights.
@@ -272,8 +273,9 @@ class TrainingLoop:
             # weight_sync_s: loading weights into the engine; sync_s adds taking
             # the learner's snapshot (the step-time breakdown's "sync").
             metrics["perf/weight_sync_s"] = self._sync_s
+            metrics["perf/weight_sync_bytes"] = float(self._sync_bytes)  # full weights or a LoRA adapter
             metrics["perf/sync_s"] = time.perf_counter() - sync_start + self._sync_s
-            self._sync_s = 0.0
+            self._sync_s, self._sync_bytes = 0.0, 0
             step = self.state.version
             self.pipeline.batch_done(batch.index)
             self.pipeline.weights_published(step)
@@ -318,15 +320,9 @@ class TrainingLoop:
             version, snapshot = state.version, state.snapshot
             start = time.perf_counter()
             self.pipeline.engine_syncing(version)
-            try:
-                await self.parts.engine.update_weights(snapshot, version)
-            except RunError:
-                raise
-            except Exception as exc:  # any engine: the run ends with the engine and the step named
-                engine = getattr(type(self.parts.engine), "name", type(self.parts.engine).__name__)
-                raise RunError(f"engine {engine!r}: weight sync for step {version} failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            sent = await push_snapshot(self.parts.engine, snapshot, version)
             self._sync_s += time.perf_counter() - start
+            self._sync_bytes += sent
             state.engine_version = max(state.engine_version, version)
             self.pipeline.engine_synced(state.engine_version)
 

@@ -2,11 +2,12 @@
 
 :class:`EnginePool` splits each request's prompts into contiguous, nearly equal chunks, one per
 engine, generates them concurrently and returns the groups in prompt order; it streams each
-engine's groups as they come (every engine's own streaming when it has it). Weight updates go to
-every engine. The engines are any registered :class:`~grpo_run.GenerationEngine` built from
-``(class, config, EngineContext)`` -- objects in this process or proxies of Ray actors
-(:mod:`grpo_run.core.placement.ray_actors`); each gets its own sampling seed, and a seeded
-request gives each engine's share a seed of its own (:mod:`grpo_run.core.rollout.seeds`).
+engine's groups as they come (every engine's own streaming when it has it). Weight updates (full
+weights, or a LoRA run's adapter) go to every engine. The engines are any registered
+:class:`~grpo_run.GenerationEngine` built from ``(class, config, EngineContext)`` -- objects in
+this process or proxies of Ray actors (:mod:`grpo_run.core.placement.ray_actors`); each gets its
+own sampling seed, and a seeded request gives each engine's share a seed of its own
+(:mod:`grpo_run.core.rollout.seeds`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import attrs
 
 from grpo_run.core.errors import UserError
 from grpo_run.core.plugins.abilities import Stateful, StreamingEngine
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.types import Completion, EngineContext, SamplingParams
 from grpo_run.core.rollout.seeds import chunk_seed
 
@@ -106,6 +108,9 @@ class EnginePool:
 
     async def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         await asyncio.gather(*(engine.update_weights(state_dict, version) for engine in self.engines))
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        await asyncio.gather(*(engine.update_adapter(adapter, version) for engine in self.engines))
 
     def state_dict(self) -> dict[str, Any]:
         """Each stateful engine's state (their sampling-seed counters), for checkpoints."""

@@ -25,6 +25,7 @@ from grpo_run.core.learner.learner import Learner
 from grpo_run.core.placement.flat import encode_sequences
 from grpo_run.core.placement.heartbeat import BEAT_S, HeartbeatMonitor
 from grpo_run.core.placement.processes import WorkerDied
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.rollout.packing import SequenceToPack
 from grpo_run.core.runlog import get_logger
 
@@ -44,8 +45,9 @@ class LearnerGroup(Protocol):
 
     def skip_step(self) -> None: ...
 
-    def weights_snapshot(self) -> Mapping[str, Any]:
-        """The full policy weights (name -> CPU tensor), safe to keep while training goes on."""
+    def weights_snapshot(self) -> Mapping[str, Any] | LoraAdapter:
+        """The full policy weights (name -> CPU tensor), or with ``model.lora.sync = "adapter"`` the
+        LoRA adapter; safe to keep while training goes on."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -83,7 +85,7 @@ class InProcessLearner:
     def skip_step(self) -> None:
         self.learner.skip_step()
 
-    def weights_snapshot(self) -> Mapping[str, Any]:
+    def weights_snapshot(self) -> Mapping[str, Any] | LoraAdapter:
         return self.learner.weights_snapshot()
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,8 +119,8 @@ class RankedLearnerGroup:
     """``num_learners`` ranks driven in lockstep: every call goes to every rank, rank 0 answers.
 
     ``share`` turns an argument every rank receives into what is sent (Ray: one ``ray.put`` for
-    all ranks); ``receive_weights`` turns rank 0's shipped weights into the snapshot the engines
-    get (Ray: a lazy handle on the object reference).
+    all ranks). Rank 0's weights come back as its rank ships them (Ray: a lazy handle on an object
+    reference, :class:`~.ray_actors.RemoteWeights`), and go to the engines as they are.
     """
 
     def __init__(
@@ -126,7 +128,6 @@ class RankedLearnerGroup:
         workers: Sequence[RankWorker],
         *,
         share: Callable[[Any], Any] = lambda value: value,
-        receive_weights: Callable[[Any], Mapping[str, Any]] = lambda value: value,
         hang_timeout_s: float | None = None,
     ) -> None:
         self.workers = list(workers)
@@ -134,7 +135,6 @@ class RankedLearnerGroup:
         """With it, :meth:`start` watches the ranks' heartbeats (:mod:`.heartbeat`) during every later call."""
         self._monitor: HeartbeatMonitor | None = None
         self._share = share
-        self._receive_weights = receive_weights
         self.steps = 0
         self.num_parameters = 0
         self.budget_line: str | None = None
@@ -167,8 +167,8 @@ class RankedLearnerGroup:
         self._call_all("skip_step", step_label=f"step {self.steps + 1}")
         self.steps += 1
 
-    def weights_snapshot(self) -> Mapping[str, Any]:
-        return self._receive_weights(self._call_all("weights", step_label=f"step {self.steps}")[0])
+    def weights_snapshot(self) -> Mapping[str, Any] | LoraAdapter:
+        return self._call_all("weights", step_label=f"step {self.steps}")[0]
 
     def state_dict(self) -> dict[str, Any]:
         return self._call_all("state_dict", step_label=f"step {self.steps}")[0]

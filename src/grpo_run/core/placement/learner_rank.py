@@ -32,6 +32,7 @@ from grpo_run.core.learner.strategies import make_strategy
 from grpo_run.core.learner.strategies.held import held_bytes
 from grpo_run.core.placement.flat import FlatWeights, decode_sequences
 from grpo_run.core.placement.heartbeat import RankHeartbeat
+from grpo_run.core.plugins.adapters import LoraAdapter
 
 LEARNER_STATE_DIR = "learner_state"
 """Where in a checkpoint a strategy writes its own files (DeepSpeed's optimizer shards)."""
@@ -103,11 +104,15 @@ class LearnerRank:
         self.learner.skip_step()
 
     def weights(self) -> Any:
+        """Rank 0's weights snapshot in one flat buffer (shipped); a LoRA adapter keeps its name and
+        config, its tensors flat."""
         state = self.learner.weights_snapshot()  # collective for sharded strategies
         if state is None:
             return None
-        flat = FlatWeights.from_state_dict(state)
-        return self.ship_weights(flat) if self.ship_weights is not None else flat
+        tensors = state.tensors if isinstance(state, LoraAdapter) else state
+        flat = FlatWeights.from_state_dict(tensors)
+        shipped = self.ship_weights(flat) if self.ship_weights is not None else flat
+        return attrs.evolve(state, tensors=shipped) if isinstance(state, LoraAdapter) else shipped
 
     def state_dict(self) -> dict[str, Any] | None:
         state = self.learner.state_dict()  # collective for fsdp2

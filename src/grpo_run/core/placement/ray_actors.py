@@ -1,8 +1,8 @@
 """What runs inside Ray actors, and the driver's proxies for them (imported only with Ray).
 
 * :class:`RayLearnerRank` is a :class:`~.learner_rank.LearnerRank` that can name a rendezvous on
-  its own node and ships rank 0's weights into the object store (``ray.put``), so the driver
-  hands engines a reference instead of the bytes.
+  its own node and ships rank 0's weights (or a LoRA run's adapter tensors) into the object store
+  (``ray.put``), so the driver hands engines a reference instead of the bytes.
 * :class:`EngineActor` builds any registered engine from ``(class, config, EngineContext)`` and
   serves it; :class:`RemoteEngine` is its engine-shaped proxy on the driver, awaiting
   ``ObjectRef``\\ s on the loop's event loop.
@@ -27,12 +27,13 @@ from grpo_run.core.placement.learner_rank import LearnerRank, RankSetup
 from grpo_run.core.placement.local import free_port
 from grpo_run.core.placement.processes import WorkerDied
 from grpo_run.core.plugins.abilities import Stateful
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.types import Completion, EngineContext, SamplingParams
 
 
 class RayLearnerRank(LearnerRank):
     def __init__(self, setup: RankSetup) -> None:
-        super().__init__(setup, ship_weights=lambda flat: ray.put(flat.to_numpy()))
+        super().__init__(setup, ship_weights=lambda flat: RemoteWeights(ray.put(flat.to_numpy()), flat.nbytes))
 
     def where(self) -> dict[str, Any]:
         return where_am_i()
@@ -47,8 +48,10 @@ class RayLearnerRank(LearnerRank):
 class RemoteWeights(Mapping[str, Any]):
     """Rank 0's weights in the object store: engines get the reference; reading it here fetches it."""
 
-    def __init__(self, ref: ray.ObjectRef) -> None:
+    def __init__(self, ref: ray.ObjectRef, nbytes: int) -> None:
         self.ref = ref
+        self.nbytes = nbytes
+        """The size of the weights, known without fetching them."""
         self._local: FlatWeights | None = None
 
     def _flat(self) -> FlatWeights:
@@ -122,6 +125,9 @@ class EngineActor:
     async def update_weights(self, weights: FlatWeights, version: int) -> None:
         await self.engine.update_weights(weights, version)
 
+    async def update_adapter(self, name: str, config: Mapping[str, Any], tensors: FlatWeights, version: int) -> None:
+        await self.engine.update_adapter(LoraAdapter(name, config, tensors), version)
+
     async def state_dict(self) -> dict[str, Any]:
         return self.engine.state_dict()
 
@@ -149,6 +155,15 @@ class RemoteEngine:
     async def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         ref = state_dict.ref if isinstance(state_dict, RemoteWeights) else ray.put(_flat_numpy(state_dict))
         await self._await(self.actor.update_weights.remote(ref, version), f"update_weights (step {version})")
+        self.version = version
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        """The adapter's tensors go by reference (put once by the learner, or here), its name and
+        config by value."""
+        tensors = adapter.tensors
+        ref = tensors.ref if isinstance(tensors, RemoteWeights) else ray.put(_flat_numpy(tensors))
+        await self._await(self.actor.update_adapter.remote(adapter.name, dict(adapter.config), ref, version),
+                          f"update_adapter (step {version})")
         self.version = version
 
     async def _await(self, ref: Any, what: str) -> Any:

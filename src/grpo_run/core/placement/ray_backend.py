@@ -41,7 +41,6 @@ from grpo_run.core.placement.ray_actors import (
     EngineActor,
     RayLearnerRank,
     RayRankWorker,
-    RemoteWeights,
     placed,
     remote_engine,
 )
@@ -162,7 +161,7 @@ class RayPlacement:
         wheres = self._running(actors, "learner")
         get_logger().info("learners_placed", ranks=[{"rank": rank, **placed(w)} for rank, w in enumerate(wheres)])
         workers = [RayRankWorker(f"learner rank {rank}", actor, w) for rank, (actor, w) in enumerate(zip(actors, wheres))]
-        group = RankedLearnerGroup(workers, share=ray.put, receive_weights=RemoteWeights,
+        group = RankedLearnerGroup(workers, share=ray.put,
                                    hang_timeout_s=learner.hang_timeout_s)
         try:
             group.start(ray.get(actors[0].rendezvous.remote(self.local)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from grpo_run.core.plugins.adapters import LoraAdapter
 from grpo_run.core.plugins.episodes import Chat, EpisodeResult
 from grpo_run.core.plugins.types import Completion, MemoryPart, MemoryRequest, SamplingParams, VerifierResult
 
@@ -57,6 +58,32 @@ class StreamingEngine(Protocol):
     def generate_stream(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> AsyncIterator[tuple[int, list[Completion]]]: ...
+
+
+@runtime_checkable
+class TakesAdapters(Protocol):
+    """An engine that takes a LoRA run's adapter at each weight sync instead of the merged weights.
+
+    With ``[model.lora]`` the run syncs adapters (``model.lora.sync = "adapter"``, the default where
+    the engine can) and builds the engine with ``EngineContext.adapters`` set: the engine keeps
+    its base model and loads each :class:`~grpo_run.LoraAdapter` through ``update_adapter``
+    (never ``update_weights``); completions started afterwards carry ``version``. An adapter
+    replaces the one of the same ``name``; completions with none loaded yet come from the base
+    model. Like ``update_weights`` it must not block the event loop; a failure ends the run
+    naming the engine.
+
+    ``refuses_adapter`` is asked before anything is built, with the engine's ``config`` and the
+    run's LoRA config in peft's form (the keys of ``adapter_config.json``: ``r``, ``lora_alpha``,
+    ``target_modules``, ``use_dora``, ``modules_to_save``, ...): the reason this engine cannot
+    serve such an adapter, starting with the key at fault (``"use_dora: vLLM cannot serve DoRA
+    adapters"``), or ``None`` when it can. A refused run syncs merged weights, or with an explicit
+    ``sync = "adapter"`` stops with a config error giving that reason.
+    """
+
+    @classmethod
+    def refuses_adapter(cls, config: Any, lora: Mapping[str, Any]) -> str | None: ...
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None: ...
 
 
 @runtime_checkable

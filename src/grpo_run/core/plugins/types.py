@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from grpo_run.core.plugins.adapters import AdapterSlots
+
 if TYPE_CHECKING:  # torch is only needed for annotations; keeps `import grpo_run` light
     import torch
 
@@ -217,6 +219,10 @@ class EngineContext:
     overlaps_learner: bool = False
     """Whether learner steps run while this engine generates (``rollout.async_steps > 1``): an
     engine sharing the machine's cores with the learner may then leave it some."""
+    adapters: AdapterSlots | None = None
+    """Set when the run syncs LoRA adapters instead of full weights (``[model.lora] sync =
+    "adapter"``): the engine then receives ``update_adapter`` calls, never ``update_weights``
+    (:class:`~grpo_run.TakesAdapters`). ``None``: full weights."""
 
 
 @attrs.frozen

@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, SamplingParams
+from grpo_run import Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, SamplingParams
+from grpo_run.plugins.engines.hf_adapters import PeftAdapters
 from grpo_run.plugins.engines.hf_decode import sample
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
@@ -46,7 +47,7 @@ class HFEngine:
 
     The sampling loop is :mod:`.hf_decode`. Generation runs in a worker thread so the event loop
     (scoring, learner) keeps going; one sampling call runs at a time, and weight updates wait for
-    it to finish.
+    it to finish. A LoRA run's adapter goes into peft's layers on this copy (:mod:`.hf_adapters`).
     """
 
     name = "hf"
@@ -72,6 +73,7 @@ class HFEngine:
         shared = max(1, torch.get_num_threads() // 2) if context.overlaps_learner else torch.get_num_threads()
         self.num_threads = config.num_threads or shared
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_id
+        self.adapters = PeftAdapters(self.model) if context.adapters is not None else None
 
     @classmethod
     def memory_parts(cls, config: HFEngineConfig, request: MemoryRequest) -> list[MemoryPart]:
@@ -109,6 +111,15 @@ class HFEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         await asyncio.to_thread(self._load, state_dict, version)
 
+    @classmethod
+    def refuses_adapter(cls, config: HFEngineConfig, lora: Mapping[str, Any]) -> str | None:
+        """None: peft serves every adapter the learner trains (DoRA and ``modules_to_save`` too)."""
+        return None
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        """Copy the adapter's tensors into the peft layers on this engine's model, in place."""
+        await asyncio.to_thread(self._load_adapter, adapter, version)
+
     def state_dict(self) -> dict[str, int]:
         """The sampling-seed counter, so a resumed run draws the same completions."""
         return {"calls": self._calls}
@@ -118,12 +129,20 @@ class HFEngine:
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
+        self.adapters = None  # its peft wrapper holds the model too
 
     # -- implementation -------------------------------------------------------------------
 
     def _load(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         with self._lock:
             self.model.load_state_dict(state_dict, strict=True)
+            self.version = version
+
+    def _load_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        if self.adapters is None:
+            raise RuntimeError("the hf engine was built for full weights (EngineContext.adapters is None)")
+        with self._lock:
+            self.adapters.load(adapter)
             self.version = version
 
     def generate_sync(

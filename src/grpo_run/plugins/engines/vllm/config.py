@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
@@ -18,6 +19,9 @@ MAX_TEMPERATURE = 2.0
 
 PYTHON_ENV = "GRPO_RUN_VLLM_PYTHON"
 """Environment variable naming the worker's interpreter when ``engine.python`` is not set."""
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts (its ``LoRAConfig``)."""
 
 
 def _optional(*checks):
@@ -67,6 +71,9 @@ class VLLMEngineConfig:
     ``nccl``: vLLM's NCCL weight-transfer API (trainer and engine on different GPUs)."""
     weight_bucket_mb: int = attrs.field(default=256, validator=v.gt(0))
     """Weights travel in buckets of at most this many MiB."""
+    max_lora_rank: int | None = attrs.field(default=None, validator=v.optional(v.in_(LORA_RANKS)))
+    """With ``[model.lora]`` synced as adapters: the largest adapter rank vLLM reserves room for
+    (one of 1, 8, 16, 32, 64, 128, 256, 320, 512); default: the smallest of them >= ``model.lora.r``."""
     weight_sync_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
     """A weight update (including, without in-flight updates, waiting for running requests) that
     has not finished by then stops the run with an error naming the engine and the step."""
@@ -111,8 +118,32 @@ class VLLMEngineConfig:
             issues.append(ConfigIssue("engine.max_model_len",
                                       f"must be >= data.max_prompt_token_length + rollout.response_length = {needed}, "
                                       f"got {self.max_model_len}"))
+        lora = run.model.lora  # (an explicit sync = "adapter" gets model.lora.sync's error instead)
+        if self.max_lora_rank is not None and lora is not None and lora.sync is None and lora.r > self.max_lora_rank:
+            issues.append(ConfigIssue("engine.max_lora_rank", f"is {self.max_lora_rank}, below model.lora.r = {lora.r}: "
+                                      f"vLLM cannot load the adapter (raise it, or sync merged weights: "
+                                      f'model.lora.sync = "merged")'))
         issues.extend(self._check_python())
         return issues
+
+    def refused_adapter(self, lora: Mapping[str, Any]) -> str | None:
+        """Why vLLM cannot serve a LoRA adapter of this peft config; ``None`` when it can."""
+        if lora.get("use_dora"):
+            return "use_dora: vLLM cannot serve DoRA adapters"
+        if lora.get("modules_to_save"):
+            return "modules_to_save: vLLM cannot serve adapters with fully trained modules"
+        if lora.get("bias", "none") != "none" or lora.get("lora_bias"):
+            return "bias: vLLM cannot serve adapters with trained biases"
+        largest = self.max_lora_rank or LORA_RANKS[-1]
+        if int(lora["r"]) > largest:
+            limit = f"engine.max_lora_rank = {largest}" if self.max_lora_rank else f"vLLM's largest LoRA rank, {largest}"
+            return f"r: {lora['r']} is above {limit}"
+        return None
+
+    def lora_rank(self, rank: int) -> int:
+        """``max_lora_rank`` for adapters of rank up to ``rank``: the option, else the smallest
+        rank vLLM accepts that holds it."""
+        return self.max_lora_rank or next(r for r in LORA_RANKS if r >= rank)
 
     def _check_python(self) -> list[ConfigIssue]:
         python = self.python or os.environ.get(PYTHON_ENV)

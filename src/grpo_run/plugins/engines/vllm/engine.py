@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from grpo_run import Completion, EngineContext, MemoryPart, MemoryRequest, RunError, SamplingParams
+from grpo_run import Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, RunError, SamplingParams
 from grpo_run.plugins.engines.vllm import worker as wire
+from grpo_run.plugins.engines.vllm.adapters import AdapterFiles
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, worker_environment
 from grpo_run.plugins.engines.vllm.config import VLLMEngineConfig
 from grpo_run.plugins.engines.vllm.memory import CPU_KV_CACHE_GB, vllm_memory_parts
@@ -29,7 +30,8 @@ SEED_MODULUS = 2**31 - 1
 
 
 class VLLMEngine:
-    """Generates with vLLM; loads new weights after every learner update (bounded in time)."""
+    """Generates with vLLM; loads new weights after every learner update (bounded in time), or a
+    LoRA run's adapter (vLLM's LoRA support, the adapter reloaded in place)."""
 
     name = "vllm"
     Config = VLLMEngineConfig
@@ -53,6 +55,9 @@ class VLLMEngine:
         self._calls = 0
         self._update_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.completions = self.tokens = self.syncs = 0
+        self.adapter: str | None = None
+        """The adapter requests use: the last one loaded (``None``: the base model)."""
+        self.adapter_files = AdapterFiles() if context.adapters is not None else None
         started = time.perf_counter()
         self.client = WorkerClient(
             config.worker_python(), engine_arguments(config, context) | worker_settings(config),
@@ -90,7 +95,7 @@ class VLLMEngine:
             seeds = self._seeds(len(prompts) * params.n, params)
             try:
                 await self.client.send_watched((wire.GENERATE, key, [list(p) for p in prompts],
-                                                vllm_sampling(params), seeds),
+                                                vllm_sampling(params), seeds, self.adapter),
                                                f"generating with the weights of step {self.version}")
             except WorkerError as exc:
                 raise WorkerError(f"vllm engine: cannot generate with the weights of step {self.version}: {exc}") from None
@@ -136,11 +141,28 @@ class VLLMEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Load ``state_dict`` as policy ``version``; a sync that does not finish within
         ``engine.weight_sync_timeout_s`` stops the worker and raises :class:`grpo_run.RunError`."""
+        await self._timed_sync(lambda: self._sync(state_dict, version), version)
+
+    @classmethod
+    def refuses_adapter(cls, config: VLLMEngineConfig, lora: Mapping[str, Any]) -> str | None:
+        """vLLM serves plain LoRA and rsLoRA adapters up to ``max_lora_rank``: not DoRA, trained
+        biases or ``modules_to_save``."""
+        return config.refused_adapter(lora)
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        """Write ``adapter`` to the engine's private directory and have the worker reload it in
+        place, between decode steps, as policy ``version`` (bounded like a weight sync)."""
+        if self.adapter_files is None:
+            raise RunError("vllm engine: started for full weights (EngineContext.adapters is None)")
+        await self._timed_sync(lambda: self._sync_adapter(adapter, version), version)
+        self.adapter = adapter.name
+
+    async def _timed_sync(self, sync: Callable[[], Coroutine[Any, Any, None]], version: int) -> None:
         async with self._lock():
             start = time.perf_counter()
             limit = self.config.weight_sync_timeout_s
             try:
-                await asyncio.wait_for(self._sync(state_dict, version), timeout=limit)
+                await asyncio.wait_for(sync(), timeout=limit)
             except TimeoutError:
                 self.client.kill()
                 raise WorkerError(
@@ -154,6 +176,18 @@ class VLLMEngine:
             self.version = version
             self.last_sync_s = time.perf_counter() - start
             self.syncs += 1
+
+    async def _sync_adapter(self, adapter: LoraAdapter, version: int) -> None:
+        assert self.adapter_files is not None
+        try:
+            path = await asyncio.to_thread(self.adapter_files.write, adapter)
+        except OSError as exc:
+            raise WorkerError(f"vllm engine: cannot write the adapter of step {version} to "
+                              f"{self.adapter_files.root}: {exc}") from None
+        answer = await self.client.call((wire.ADAPTER, self.client.new_key(), version, adapter.name, str(path)),
+                                        f"loading the adapter of step {version}")
+        if answer[0] != wire.ACK:
+            raise WorkerError(f"vllm engine: loading the adapter of step {version} failed: {answer[2]}")
 
     async def _sync(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         doing = f"loading the weights of step {version}"
@@ -187,6 +221,8 @@ class VLLMEngine:
     def close(self) -> None:
         self.client.close()
         self.weights.close()
+        if self.adapter_files is not None:
+            self.adapter_files.close()
         log.info("vllm_engine_closed", pid=self.client.pid, completions=self.completions, tokens=self.tokens,
                  weight_syncs=self.syncs, policy_version=self.version)
 
@@ -219,6 +255,12 @@ def engine_arguments(config: VLLMEngineConfig, context: EngineContext) -> dict[s
     for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
         if getattr(config, key) is not None:
             args[key] = getattr(config, key)
+    slots = context.adapters
+    if slots is not None:  # LoRA adapters on the base model, one slot each
+        args.update(enable_lora=True, max_lora_rank=config.lora_rank(slots.max_rank),
+                    max_loras=slots.count, max_cpu_loras=slots.count)
+        if slots.target_modules is not None:  # adapter layers only where adapters have weights
+            args["lora_target_modules"] = list(slots.target_modules)
     kv_gb = config.kv_cache_memory_gb
     if kv_gb is None and not context.device.startswith("cuda"):
         kv_gb = CPU_KV_CACHE_GB

@@ -10,8 +10,11 @@ Protocol: pickled tuples over a ``multiprocessing.connection.Connection`` (a Uni
 descriptor is inherited as ``FD``), ``(kind, key, *payload)``:
 
 trainer -> worker
-  ``("generate", gid, prompts, sampling, seeds)``  add ``len(seeds)`` requests
+  ``("generate", gid, prompts, sampling, seeds, adapter)``  add ``len(seeds)`` requests (``adapter``:
+                                                   the name of a loaded LoRA adapter to use, or ``None``)
   ``("update_begin", uid, version)``               start a weight update (drains first unless in-flight)
+  ``("adapter", uid, version, name, path)``        a whole LoRA adapter update: drain (unless in-flight),
+                                                   reload adapter ``name`` from ``path``, finish
   ``("bucket", uid, shm_name, layout, copy)``      load one bucket of tensors from shared memory
   ``("nccl_init", uid, init_info)`` / ``("nccl_update", uid, update_info)``   GPU weight transfer
   ``("update_end", uid, version)``                 finish the update; new requests use ``version``
@@ -25,7 +28,10 @@ worker -> trainer
 Between ``update_begin`` and ``update_end`` the engine is not stepped: the model's parameters
 are mid-reload (vLLM's layerwise reload), so no decode step may run on them. With in-flight
 updates that pause is all running requests see; without, running requests finish first and new
-ones wait for the new weights.
+ones wait for the new weights. An adapter update is the same, one message long: vLLM reloads the
+adapter under its id (``add_lora`` with ``load_inplace``, between decode steps, never as part of a
+generate request, which would reload it at every step), and requests keep naming it without
+``load_inplace``. A failed adapter load fails that update only: vLLM keeps the adapter it had.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` load
 
 READY, GROUP, ACK, ERROR, FATAL, HEARTBEAT = "ready", "group", "ack", "error", "fatal", "heartbeat"
 GENERATE, UPDATE_BEGIN, BUCKET, UPDATE_END = "generate", "update_begin", "bucket", "update_end"
+ADAPTER = "adapter"
 NCCL_INIT, NCCL_UPDATE, ABORT, SHUTDOWN = "nccl_init", "nccl_update", "abort", "shutdown"
 
 HEARTBEAT_S = 1.0
@@ -172,6 +179,8 @@ class Worker:
         self.groups: dict[tuple[int, int], list[_Request | None]] = {}
         self.waiting: deque[tuple] = deque()  # generate messages held back during an update
         self.update: tuple[str, int] | None = None  # ("draining" | "loading", uid)
+        self.adapter_update: tuple[int, str, str] | None = None  # (version, name, path) of an adapter update
+        self.loras: dict[str, Any] = {}  # adapter name -> the LoRARequest its requests carry
         self.asleep = False
         self.next_request = 0
         self.last_sent = time.monotonic()
@@ -218,10 +227,10 @@ class Worker:
                 else:
                     self._add(*message[1:])
             elif kind == UPDATE_BEGIN:
-                self._wake()
-                self.update = ("draining", key)
-                if self.inflight or not self.engine.has_unfinished_requests():
-                    self._start_loading()
+                self._begin_update(key)
+            elif kind == ADAPTER:
+                self.adapter_update = (int(message[2]), str(message[3]), str(message[4]))
+                self._begin_update(key)
             elif kind == BUCKET:
                 self.send((ACK, key, self.llm.collective_rpc(_load_bucket, args=message[2:5])[0]))
             elif kind == NCCL_INIT:
@@ -245,11 +254,13 @@ class Worker:
             self.send((ERROR, key, f"{type(exc).__name__}: {exc}"))
         return True
 
-    def _add(self, gid: int, prompts: list[list[int]], sampling: dict[str, Any], seeds: list[int]) -> None:
+    def _add(self, gid: int, prompts: list[list[int]], sampling: dict[str, Any], seeds: list[int],
+             adapter: str | None = None) -> None:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         self._wake()
+        lora = self.loras[adapter] if adapter is not None else None
         n = len(seeds) // max(1, len(prompts))
         prompt = {"prompt_token_ids": None}
         if self.prefix_caching:
@@ -265,7 +276,7 @@ class Worker:
                 rid = f"{gid}:{p}:{s}:{self.next_request}"
                 self.next_request += 1
                 self.requests[rid] = _Request(gid, p, s)
-                self.engine.add_request(rid, {**prompt, "prompt_token_ids": list(ids)}, params)
+                self.engine.add_request(rid, {**prompt, "prompt_token_ids": list(ids)}, params, lora_request=lora)
 
     def _abort(self, gid: int) -> None:
         self.waiting = deque(m for m in self.waiting if m[1] != gid)
@@ -304,15 +315,39 @@ class Worker:
 
     # -- weights -------------------------------------------------------------------------------
 
+    def _begin_update(self, uid: int) -> None:
+        self._wake()
+        self.update = ("draining", uid)
+        if self.inflight or not self.engine.has_unfinished_requests():
+            self._start_loading()
+
     def _start_loading(self) -> None:
         assert self.update is not None
         uid = self.update[1]
         self.update = ("loading", uid)
+        if self.adapter_update is not None:
+            self._swap_adapter(uid, *self.adapter_update)
+            return
         if self.nccl:
             self.llm.start_weight_update()
         else:
             self.llm.collective_rpc(_begin_reload)
         self.send((ACK, uid, "ready"))
+
+    def _swap_adapter(self, uid: int, version: int, name: str, path: str) -> None:
+        """Reload adapter ``name`` from ``path`` under its id (a new name gets the next id)."""
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        self.adapter_update = None
+        lora_id = self.loras[name].lora_int_id if name in self.loras else len(self.loras) + 1
+        try:
+            self.engine.add_lora(LoRARequest(name, lora_id, path, load_inplace=True))
+        except Exception as exc:  # vLLM loads before it evicts: the adapter it had still serves
+            self._end_update((ERROR, uid, f"{type(exc).__name__}: {exc}"))
+            return
+        self.loras[name] = LoRARequest(name, lora_id, path)
+        self._updated(uid, version, start)
 
     def _finish_update(self, uid: int, version: int) -> None:
         start = time.perf_counter()
@@ -320,12 +355,20 @@ class Worker:
             self.llm.finish_weight_update()
         else:
             self.llm.collective_rpc(_finish_reload)
+        self._updated(uid, version, start)
+
+    def _updated(self, uid: int, version: int, start: float) -> None:
         # Frees what older weights cached (fails harmlessly while requests still run; the
-        # per-version cache salt keeps those entries from being reused anyway).
+        # per-version cache salt keeps those entries from being reused anyway: vLLM's prefix
+        # hashes name an adapter, not its weights).
         self.llm.reset_prefix_cache()
         self.version = version
+        self._end_update((ACK, uid, time.perf_counter() - start))
+
+    def _end_update(self, answer: tuple) -> None:
+        """Leave the update, answer it, then take the generate requests that waited for it."""
         self.update = None
-        self.send((ACK, uid, time.perf_counter() - start))
+        self.send(answer)
         while self.waiting and self.update is None:
             message = self.waiting.popleft()
             self.handle(message)
