@@ -140,3 +140,21 @@ def test_bad_memory_and_device_values_get_one_line_errors(args: list[str], messa
 def test_a_registered_model_is_planned_too(capsys) -> None:
     code, plan = _plan(capsys, str(EXAMPLES / "arithmetic.toml"), "--device", "cpu", "--memory", "8GiB")
     assert code == 0 and plan["fits"] and plan["model"]["layers"] == 4
+
+
+@pytest.mark.parametrize(("sync", "part"), [("adapter", "the adapter"), ("merged", "merged LoRA weights")])
+def test_a_lora_run_plans_what_its_weight_sync_builds(capsys, sync: str, part: str) -> None:
+    """Adapter sync builds the adapter for the engines (and the engine holds it beside its base);
+    merged sync builds a whole merged copy of the weights each time."""
+    code, plan = _plan(capsys, str(EXAMPLES / "arithmetic.toml"), "--device", "cpu", "--memory", "8GiB",
+                       "--set", "model.lora.r=8", "--set", f'model.lora.sync="{sync}"')
+    trainer = plan["processes"][0]
+    built = {p["name"]: p["bytes"] for p in trainer["phases"]["weight sync"]}
+    weights = next(p["bytes"] for p in trainer["resident"] if p["name"] == "weights")
+    assert code == 0 and list(built) == [part]
+    if sync == "adapter":  # r = 8 on every linear layer of the embedded model: 9% of its weights
+        assert built[part] < 0.15 * weights
+    else:
+        assert built[part] == weights
+    engine_parts = [p["name"] for p in trainer["resident"]]
+    assert ("hf engine: LoRA adapter" in engine_parts) == (sync == "adapter")

@@ -97,10 +97,15 @@ class LearnerLoad:
     """No-grad passes per step: old log-probs (several updates per step), reference log-probs."""
     runtime_bytes: float = 0.0
     """The process itself: on the CPU, the interpreter and libraries (resident set before any model)."""
+    sync: Part | None = None
+    """What rank 0 builds for a weight sync (a full copy of the weights, merged LoRA weights, or
+    the adapter), held until the engines have it."""
+    sync_on_host: bool = False
+    """The weight sync's copy is gathered into the host's memory (fsdp2), not the device's."""
 
 
 def learner_process(load: LearnerLoad, budget: int, logprob_budget: int, name: str = "learner",
-                    extra: Sequence[Part] = (), extra_transient: Sequence[Part] = ()) -> ProcessPlan:
+                    extra: Sequence[Part] = (), extra_transient: Sequence[Part] = (), rank: int = 0) -> ProcessPlan:
     """The plan of a learner process training under ``budget`` tokens per forward (0: the whole
     mini-batch) and ``logprob_budget`` per no-grad pass. ``extra``: resident parts of other
     components in the same process (an engine's weights); ``extra_transient``: their phase (a
@@ -123,6 +128,8 @@ def learner_process(load: LearnerLoad, budget: int, logprob_budget: int, name: s
         if states.gathered_no_grad:
             lp.append(Part("gathered weights", states.gathered_no_grad, "units whole for the forward"))
         phases.append(("log-prob pass", tuple(lp)))
+    if load.sync is not None and rank == 0 and not load.sync_on_host and load.sync.bytes:
+        phases.append(("weight sync", (load.sync,)))
     if extra_transient:
         phases.append(("generation", tuple(extra_transient)))
     return ProcessPlan(name, load.device, tuple(resident), tuple(phases),

@@ -58,7 +58,8 @@ def plan_processes(cfg: RunConfig, load: LearnerLoad, components: Sequence[Compo
     else:
         for rank in range(learners):
             dev = f"cuda:{rank}" if cuda else "cpu"
-            processes.append(attrs.evolve(learner_process(load, budget, logprob_budget, f"learner rank {rank}"), device=dev))
+            processes.append(attrs.evolve(learner_process(load, budget, logprob_budget, f"learner rank {rank}", rank=rank),
+                                          device=dev))
         apart = in_trainer
     by_device: dict[str, list[tuple[Component, MemoryPart]]] = {}
     for c, p in apart:  # the trainer's components on a device of their own (or beside learner ranks)
@@ -98,6 +99,9 @@ def plan_processes(cfg: RunConfig, load: LearnerLoad, components: Sequence[Compo
     if host:
         for rank in range(learners):
             processes.append(ProcessPlan(f"learner rank {rank} (offloaded)", "cpu", host, role="other"))
+    if load.sync is not None and load.sync_on_host and load.sync.bytes:
+        processes.append(ProcessPlan("learner rank 0 (weight sync)", "cpu", (), (("weight sync", (load.sync,)),),
+                                     role="other"))
     return processes
 
 

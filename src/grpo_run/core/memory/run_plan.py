@@ -13,9 +13,10 @@ from typing import Any
 
 import attrs
 
+from grpo_run.core.config.lora_sync import choose_lora_sync
 from grpo_run.core.config.schema import RunConfig
 from grpo_run.core.memory.plan import BUDGET_STEP, HEADROOM, LearnerLoad, MicroBatchCosts, usable_bytes
-from grpo_run.core.memory.plan_parts import ProcessPlan, gib
+from grpo_run.core.memory.plan_parts import Part, ProcessPlan, gib
 from grpo_run.core.memory.processes import Component, plan_processes
 from grpo_run.core.memory.shapes import ModelShape, RolloutShape
 from grpo_run.core.memory.states import StateLoad
@@ -143,8 +144,8 @@ def reference_bytes(cfg: RunConfig, device: str) -> int:
     return DTYPE_BYTES[cfg.kl.reference_dtype_for(cfg.model.dtype, cfg.model.autocast, device)]
 
 
-def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:
-    """The learner's numbers for ``cfg``."""
+def learner_load(cfg: RunConfig, inputs: PlanInputs, adapter_sync: bool = False) -> LearnerLoad:
+    """The learner's numbers for ``cfg`` (``adapter_sync``: a LoRA run whose engines receive the adapter)."""
     shape, learner, model = inputs.shape, cfg.learner, cfg.model
     bytes_each = DTYPE_BYTES[model.dtype]
     trainable, trainable_bytes = shape.params, bytes_each
@@ -167,7 +168,18 @@ def learner_load(cfg: RunConfig, inputs: PlanInputs) -> LearnerLoad:
         states=states, device=inputs.device, costs=inputs.costs, tokens_per_rank=-(-rollout.tokens // world),
         micro_batches=inputs.micro_batches, logprob_passes=passes + int(ref > 0 or (cfg.kl.beta > 0 and model.lora is not None)),
         runtime_bytes=inputs.runtime_bytes if inputs.device == "cpu" else 0.0,
+        sync=_sync_part(cfg, shape, trainable, bytes_each, adapter_sync),
+        sync_on_host=learner.strategy == "fsdp2" and model.lora is None,
     )
+
+
+def _sync_part(cfg: RunConfig, shape: ModelShape, trainable: int, bytes_each: int, adapter: bool) -> Part:
+    """What rank 0 builds for a weight sync: the adapter (LoRA with adapter sync), or a full copy
+    of the weights (merged LoRA weights, or the strategy's gathered state dict)."""
+    if cfg.model.lora is not None and adapter:
+        return Part("the adapter", trainable * 4, "engines receive the adapter only (model.lora.sync)")
+    what = "merged LoRA weights" if cfg.model.lora is not None else "a full copy of the weights"
+    return Part(what, shape.params * bytes_each, "for the engines, until they have it")
 
 
 def lora_params(shape: ModelShape, lora: Any) -> int:
@@ -182,15 +194,16 @@ def lora_params(shape: ModelShape, lora: Any) -> int:
     return total
 
 
-def memory_request(cfg: RunConfig, inputs: PlanInputs) -> MemoryRequest:
+def memory_request(cfg: RunConfig, inputs: PlanInputs, adapter_sync: bool = False) -> MemoryRequest:
     shape, rollout = inputs.shape, rollout_shape(cfg)
+    adapter = lora_params(shape, cfg.model.lora) if adapter_sync and cfg.model.lora is not None else 0
     return MemoryRequest(
         params=shape.params, param_bytes=DTYPE_BYTES[cfg.model.dtype], layers=shape.layers, kv_dim=shape.kv_dim,
         vocab=shape.vocab, sequences=rollout.sequences, prompt_tokens=rollout.prompt_tokens,
         response_tokens=rollout.response_tokens, device=inputs.device,
         device_bytes=int(inputs.capacity) if inputs.device == "cuda" else None,
         hidden=shape.hidden, context=shape.context, engines=cfg.engine.num_engines,
-        overlaps_learner=cfg.rollout.async_steps > 1,
+        overlaps_learner=cfg.rollout.async_steps > 1, adapter_params=adapter,
     )
 
 
@@ -229,9 +242,11 @@ def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs,
     whole plan fits (see the module docstring; :mod:`.advice` says what to change when it does not).
     ``quick``: only whether it fits at all (at the smallest budget), for a search."""
     notes = _notes(cfg, inputs)
+    sync = choose_lora_sync(cfg, registry)
+    adapter = sync is not None and sync.mode == "adapter"
     if found is None:
-        found = components(cfg, registry, memory_request(cfg, inputs), notes)
-    load = learner_load(cfg, inputs)
+        found = components(cfg, registry, memory_request(cfg, inputs, adapter), notes)
+    load = learner_load(cfg, inputs, adapter)
     rollout = rollout_shape(cfg)
     longest = rollout.prompt_tokens + rollout.response_tokens
     whole = inputs.micro_batches(0)[0]

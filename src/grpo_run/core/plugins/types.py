@@ -257,6 +257,9 @@ class MemoryRequest:
     """Engines of the run (``engine.num_engines``): each generates its share of a batch."""
     overlaps_learner: bool = False
     """Generation runs beside learner steps (``rollout.async_steps > 1``)."""
+    adapter_params: int = 0
+    """A LoRA run that syncs its adapter (``model.lora.sync``): the adapter's parameters, which the
+    engine holds beside its copy of the base model; 0 when it receives whole weights."""
 
 
 @attrs.frozen

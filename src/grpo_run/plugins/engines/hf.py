@@ -86,8 +86,11 @@ class HFEngine:
         kv = batch * tokens * request.layers * 2 * request.kv_dim * request.param_bytes
         step = batch * request.vocab * (4 + 4 + 8)
         device = "" if config.device == "auto" else ("cuda:0" if config.device == "cuda" else config.device)
-        return [
-            MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", device=device),
+        parts = [MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", device=device)]
+        if request.adapter_params:
+            parts.append(MemoryPart("LoRA adapter", request.adapter_params * request.param_bytes,
+                                    "the policy's adapter on its copy of the base", device=device))
+        return parts + [
             MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True, device=device),
             MemoryPart("decode step", step, f"{batch} sequences x {request.vocab} logits, probabilities, "
                        "cumulative sum", transient=True, device=device),

@@ -29,8 +29,12 @@ def vllm_memory_parts(config: VLLMEngineConfig, request: MemoryRequest) -> list[
     weights = request.params * width
     if not (request.device == "cuda" and request.device_bytes):
         kv = (config.kv_cache_memory_gb or CPU_KV_CACHE_GB) * GIB
-        return [MemoryPart("weights", weights, "a copy of the policy", own_process=True),
-                MemoryPart("KV cache", kv, "kv_cache_memory_gb", own_process=True)]
+        parts = [MemoryPart("weights", weights, "a copy of the policy", own_process=True),
+                 MemoryPart("KV cache", kv, "kv_cache_memory_gb", own_process=True)]
+        if request.adapter_params:
+            parts.append(MemoryPart("adapter slot", 2 * request.adapter_params * width,
+                                    "the adapter, packed layers wrapped whole", own_process=True))
+        return parts
     tp = config.tensor_parallel_size
     per_gpu = weights / tp
     tokens = config.max_num_batched_tokens or DEFAULT_BATCHED_TOKENS
@@ -39,18 +43,23 @@ def vllm_memory_parts(config: VLLMEngineConfig, request: MemoryRequest) -> list[
     # logits and probabilities for every running sequence.
     activations = tokens * request.hidden * width * 8 / tp + 2 * seqs * request.vocab * 4
     graphs = 0 if config.enforce_eager else CUDA_GRAPHS
+    # An adapter slot: vLLM wraps packed layers whole (a q/v adapter wraps all of qkv), at most
+    # twice the adapter's own size.
+    slot = 2 * request.adapter_params * width / tp
     kv_token = request.layers * 2 * request.kv_dim * width / tp
     sequence = request.prompt_tokens + request.response_tokens
     max_len = config.max_model_len or request.context or sequence
     if config.kv_cache_memory_gb is not None:
         kv = config.kv_cache_memory_gb * GIB
-        share = per_gpu + activations + graphs + kv
+        share = per_gpu + slot + activations + graphs + kv
         how = f"weights {_gib(per_gpu)}, activations {_gib(activations + graphs)}, kv_cache_memory_gb"
     else:
         share = config.gpu_memory_utilization * request.device_bytes
-        kv = share - per_gpu - activations - graphs
+        kv = share - per_gpu - slot - activations - graphs
         how = f"gpu_memory_utilization {config.gpu_memory_utilization:g}: weights {_gib(per_gpu)}, " \
               f"activations {_gib(activations + graphs)}"
+    if slot:
+        how += f", adapter slot {_gib(slot)}"
     held = int(max(0.0, kv) // kv_token) if kv_token else 0
     problem = ""
     if kv <= 0:
