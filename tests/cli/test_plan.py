@@ -70,7 +70,7 @@ def test_a_model_directory_with_only_its_config_is_planned_part_by_part(tmp_path
     resident = {part["name"]: part["bytes"] for part in trainer["resident"]}
     assert resident["weights"] == 4 * params and resident["optimizer state"] == 8 * params  # float32, AdamW
     assert resident["hf engine: weights"] == 4 * params  # the hf engine's copy, in the same process
-    assert set(trainer["phases"]) == {"training micro-batch", "optimizer step", "generation"}
+    assert set(trainer["phases"]) == {"training micro-batch", "optimizer step", "generation", "weight sync"}
     step = {part["name"]: part["bytes"] for part in trainer["phases"]["optimizer step"]}
     assert step["gradients"] == 4 * params and step["step temporaries"] == 4 * params  # multi-tensor AdamW on CUDA
     budget = plan["budget"]

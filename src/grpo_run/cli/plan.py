@@ -24,7 +24,7 @@ from rich.text import Text
 
 from grpo_run.core.errors import UserError
 from grpo_run.core.memory.plan import GIB, ProcessPlan, gib
-from grpo_run.core.memory.run_plan import RunPlan, capacity_lines, rollout_shape
+from grpo_run.core.memory.run_plan import UNKNOWN, RunPlan, capacity_lines, rollout_shape
 from grpo_run.core.plugins.host import PluginHost
 
 _UNITS = {"": GIB, "g": GIB, "gi": GIB, "gib": GIB, "gb": 10**9, "m": 2**20, "mi": 2**20, "mib": 2**20,
@@ -41,17 +41,20 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", metavar="SIZE",
                    help="memory of one device, e.g. 24GiB or 80GB (default: this machine's GPU, or the RAM available)")
     p.add_argument("--gpus", type=_positive, default=None, metavar="N", help="GPUs on the machine (default: learner.num_learners)")
+    p.add_argument("--host-memory", metavar="SIZE",
+                   help="the host's memory, for what a CUDA run keeps there (default: this machine's RAM available, "
+                        "unless --memory plans another machine's GPUs; then it is not checked)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument("--simulate", action="store_true",
                    help="also run the learner step on fake tensors and print its peak beside the plan's")
 
 
-def parse_size(text: str) -> float:
+def parse_size(text: str, option: str = "--memory") -> float:
     """``"24GiB"``, ``"80 GB"``, ``"512MiB"``, ``"24"`` (GiB) -> bytes; a :class:`UserError` otherwise."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS or float(match.group(1)) <= 0:
-        raise UserError(f"--memory {text!r}: expected a size such as 24GiB, 80GB or 512MiB")
+        raise UserError(f"{option} {text!r}: expected a size such as 24GiB, 80GB or 512MiB")
     return float(match.group(1)) * _UNITS[unit]
 
 
@@ -110,8 +113,14 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
     spec = learner_spec(cfg, host, model_path, int(getattr(config, "pad_token_id", None) or 0), device=device)
     runtime = float(psutil.Process().memory_info().rss) if device == "cpu" else 0.0
     gpus = args.gpus or max(cfg.learner.num_learners, _gpus_named(cfg))
+    if args.host_memory is not None:
+        host_memory = parse_size(args.host_memory, "--host-memory")
+    elif device == "cuda" and args.memory is not None:
+        host_memory = UNKNOWN  # another machine's host: not known here
+    else:
+        host_memory = float(psutil.virtual_memory().available)
     inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime, gpus=gpus,
-                         shape=shape)
+                         shape=shape, host_capacity=host_memory)
     plan = plan_run(cfg, host.registry, inputs)
     if aside:
         notes = [f"set aside for this plan: {i.path}: {i.message}" for i in aside]

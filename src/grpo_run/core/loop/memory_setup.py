@@ -52,10 +52,12 @@ def model_config(path: str, cfg: RunConfig) -> Any:
 
 def plan_inputs(cfg: RunConfig, spec: LearnerSpec, config: Any, *, device: str, capacity: float,
                 runtime_bytes: float = 0.0, gpus: int = 1, both_checkpointing: bool = True,
-                costs: MicroBatchCosts | None = None, shape: ModelShape | None = None) -> PlanInputs:
+                costs: MicroBatchCosts | None = None, shape: ModelShape | None = None,
+                host_capacity: float | None = None) -> PlanInputs:
     """Everything :func:`~grpo_run.core.memory.run_plan.plan_run` needs besides the config, the
     learner's costs measured on fake tensors (``device``: ``"cuda"`` or ``"cpu"``); with
-    ``both_checkpointing`` the other checkpointing setting's costs too, measured when first asked."""
+    ``both_checkpointing`` the other checkpointing setting's costs too, measured when first asked;
+    ``host_capacity``: the host's memory (default: this machine's available memory)."""
     import psutil
 
     rollout = rollout_shape(cfg)
@@ -68,7 +70,7 @@ def plan_inputs(cfg: RunConfig, spec: LearnerSpec, config: Any, *, device: str, 
         other = functools.cache(lambda: activation_costs(flipped, config, rollout, device=device, other=False))
     return PlanInputs(
         shape=shape, costs=costs, device=device, capacity=capacity,
-        host_capacity=float(psutil.virtual_memory().available),
+        host_capacity=float(psutil.virtual_memory().available) if host_capacity is None else host_capacity,
         micro_batches=micro_batches(rollout, cfg.algorithm.num_mini_batches, cfg.learner.num_learners),
         runtime_bytes=runtime_bytes, gpus=gpus, other_costs=other,
     )

@@ -72,7 +72,7 @@ def advise(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs, plan
                                          f"(the largest parts: {parts}): use a smaller model or batch")
     peak = max(found.plan.device_peak(d) for d in found.plan.capacity)
     where = f" on {found.gpus} GPUs (--gpus {found.gpus})" if found.gpus > inputs.gpus and inputs.device == "cuda" else ""
-    line = (f"{what}; it fits{where} with {len(found.overrides)} change{'s' if len(found.overrides) > 1 else ''}"
+    line = (f"{what}; it fits{where} with {len(found.levers)} change{'s' if len(found.levers) > 1 else ''}"
             f" ({', '.join(lever.what for lever in found.levers)}): peak {gib(peak)}, "
             f"{found.plan.budget:,} tokens per forward")
     return attrs.evolve(plan, advice=line, suggested=found.overrides)
@@ -239,7 +239,7 @@ def _with(obj: Any, changes: dict[str, Any]) -> Any:
 
 
 def _fullest(plan: RunPlan) -> str:
-    return max(plan.capacity, key=lambda d: plan.device_peak(d) / max(1.0, plan.usable(d)))
+    return max(plan.capacity, key=lambda d: plan.device_peak(d) / max(1.0, min(plan.usable(d), 2.0**80)))
 
 
 def _largest_parts(plan: RunPlan) -> str:

@@ -147,7 +147,9 @@ def training_parts(load: LearnerLoad, micro: Sequence[int], states: ModelStates 
     at its peak (the first the backward makes); every later one holds all of them beside its
     activations."""
     states = states or model_states(load.states)
-    first = Part("gradients", states.first_gradients, "the output layer's, made first")
+    sharded = load.states.shards_weights and load.states.world_size > 1
+    first = Part("gradients", states.first_gradients,
+                 "every shard, as units reduce-scatter" if sharded else "the output layer's, made first")
     candidates = [((first,), micro[0])] + [(states.gradients, tokens) for tokens in micro[1:]]
     best: tuple[Part, ...] = ()
     for grads, tokens in candidates:

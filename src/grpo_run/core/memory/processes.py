@@ -100,7 +100,7 @@ def plan_processes(cfg: RunConfig, load: LearnerLoad, components: Sequence[Compo
         for rank in range(learners):
             processes.append(ProcessPlan(f"learner rank {rank} (offloaded)", "cpu", host, role="other"))
     if load.sync is not None and load.sync_on_host and load.sync.bytes:
-        processes.append(ProcessPlan("learner rank 0 (weight sync)", "cpu", (), (("weight sync", (load.sync,)),),
+        processes.append(ProcessPlan("weight sync (gathered on rank 0's host)", "cpu", (), (("weight sync", (load.sync,)),),
                                      role="other"))
     return processes
 

@@ -26,6 +26,8 @@ from grpo_run.core.plugins.registry import ComponentRegistry
 from grpo_run.core.plugins.types import MemoryPart, MemoryRequest
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+UNKNOWN = -1.0
+"""The capacity of a device the plan does not know (the host of another machine)."""
 
 
 @attrs.frozen
@@ -44,8 +46,10 @@ class PlanInputs:
     """The trainer process before any model (CPU)."""
     gpus: int = 1
     """GPUs on the machine (CUDA)."""
-    host_capacity: float = 0.0
-    """The machine's memory available (for processes on the CPU beside a CUDA learner)."""
+    host_capacity: float | None = None
+    """The host's memory available, for what a CUDA run keeps there (offloaded state, a gathered
+    state dict, a sleeping vLLM's weights); ``None``: not known (planning another machine), shown
+    but not checked."""
     other_costs: Callable[[], MicroBatchCosts] | None = attrs.field(default=None, eq=False)
     """The costs with the other gradient-checkpointing setting (measured when first asked)."""
 
@@ -93,6 +97,8 @@ class RunPlan:
         return resident + sum(work.values())
 
     def usable(self, device: str) -> float:
+        if self.capacity[device] == UNKNOWN:
+            return float("inf")
         here = [p for p in self.processes if p.device == device]
         if device != "cpu" and here and all(p.reserves for p in here):
             return self.capacity[device]  # a GPU of vLLM's own: gpu_memory_utilization is its own margin
@@ -115,7 +121,8 @@ class RunPlan:
             "budget": {"max_tokens_per_forward": self.budget, "max_tokens_per_logprob_forward": self.logprob_budget,
                        "source": self.budget_source, "largest_that_fits": self.largest_budget,
                        "largest_logprob_that_fits": self.largest_logprob_budget},
-            "devices": {d: {"capacity_bytes": c, "usable_bytes": self.usable(d), "peak_bytes": self.device_peak(d)}
+            "devices": {d: {"capacity_bytes": c if c != UNKNOWN else None,
+                            "usable_bytes": self.usable(d) if c != UNKNOWN else None, "peak_bytes": self.device_peak(d)}
                         for d, c in self.capacity.items()},
             "gpus": {"used": self.gpus_used, "available": self.gpus},
             "processes": [
@@ -283,8 +290,8 @@ def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs,
 def _assemble(cfg: RunConfig, inputs: PlanInputs, load: LearnerLoad, found: list[Component], budget: int, lp: int,
               longest: int, whole: int, notes: list[str], **fields: Any) -> RunPlan:
     processes = plan_processes(cfg, load, found, budget, lp)
-    capacity = {p.device: (inputs.host_capacity if p.device == "cpu" and inputs.device == "cuda" else inputs.capacity)
-                for p in processes}
+    host = inputs.host_capacity if inputs.host_capacity is not None else UNKNOWN
+    capacity = {p.device: (host if p.device == "cpu" and inputs.device == "cuda" else inputs.capacity) for p in processes}
     limit = cfg.learner.max_memory_gib * 2**30 if cfg.learner.max_memory_gib is not None else None
     problems = tuple(dict.fromkeys(f"{c.label}: {p.problem}" for c in found for p in c.parts if p.problem))
     return RunPlan(
@@ -329,13 +336,18 @@ def _notes(cfg: RunConfig, inputs: PlanInputs) -> list[str]:
                      "is left to the system and the scoring and environment workers")
     if cfg.distributed.backend == "ray":
         notes.append("Ray: each engine and learner rank is an actor of its own; the plan lists them as processes")
+    if cfg.learner.strategy == "fsdp2" and cfg.learner.num_learners > 1 and inputs.device == "cuda":
+        whole = inputs.shape.params * DTYPE_BYTES[cfg.model.dtype]
+        notes.append(f"fsdp2: at start-up each rank loads the whole policy into the host's memory and shards it onto its "
+                     f"GPU one unit at a time: {cfg.learner.num_learners} x {gib(whole)} of the host's memory for a "
+                     "moment (the reference after it, in its dtype)")
     return notes
 
 
 def capacity_lines(plan: RunPlan) -> list[str]:
     """``device: peak of usable (capacity)``, one line per device; identical GPUs once."""
     lines: list[str] = []
-    rows = [(d, gib(plan.device_peak(d)), gib(plan.usable(d)), gib(c)) for d, c in plan.capacity.items()]
+    rows = [(d, gib(plan.device_peak(d)), gib(plan.usable(d)), gib(c)) for d, c in plan.capacity.items() if c != UNKNOWN]
     i = 0
     while i < len(rows):
         j = i
@@ -344,4 +356,6 @@ def capacity_lines(plan: RunPlan) -> list[str]:
         name = rows[i][0] if j == i else f"{rows[i][0]} to {rows[j][0]} (each)"
         lines.append(f"{name}: {rows[i][1]} of {rows[i][2]} usable ({rows[i][3]})")
         i = j + 1
+    lines += [f"{d}: {gib(plan.device_peak(d))}, not checked (the host's memory: --host-memory)"
+              for d, c in plan.capacity.items() if c == UNKNOWN]
     return lines
