@@ -19,6 +19,7 @@ from grpo_run.core.errors import ConfigIssue, PluginError, RunError, UserError
 from grpo_run.core.plugins.trace_records import CompletionTrace
 from grpo_run.core.plugins.abilities import (
     AsyncClosable,
+    BatchesRequests,
     BatchVerifier,
     CapsBatchSize,
     DeclaresScoreRange,
@@ -30,6 +31,7 @@ from grpo_run.core.plugins.abilities import (
     RescalesScores,
     RewardFeedbackSampler,
     ScoreRescaler,
+    ServesAdapters,
     ShapingConfig,
     Stateful,
     StreamingEngine,
@@ -120,6 +122,7 @@ __all__ = [
     "REWARD_LIMIT",
     "SOLVED_TOLERANCE",
     "AsyncClosable",
+    "BatchesRequests",
     "BatchVerifier",
     "CapsBatchSize",
     "ChecksRunConfig",
@@ -154,6 +157,7 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "ScoreRescaler",
+    "ServesAdapters",
     "ShapingConfig",
     "ShapingVerifierConfig",
     "Stateful",

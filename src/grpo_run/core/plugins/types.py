@@ -44,6 +44,10 @@ class SamplingParams:
     """The call's sampling seed. The loop always sets it (from ``run.seed`` and the batch or
     evaluation step); an engine derives what it draws from it and the prompt and sample index
     alone, so the same request draws the same completions whatever came before."""
+    adapter: str | None = None
+    """The LoRA adapter to sample with, by name: a sweep's variant (an engine with
+    :class:`~grpo_run.ServesAdapters`; one not loaded yet samples from the base model). ``None``:
+    the engine's policy, the adapter it last loaded or its own weights."""
 
 
 @attrs.frozen
