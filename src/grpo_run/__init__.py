@@ -91,7 +91,7 @@ from grpo_run.core.plugins.types import (
     reaches,
 )
 
-from grpo_run.api import RewardFunction, TrainResult, load_config, score, train
+from grpo_run.api import RewardFunction, SweepResult, SweepVariant, TrainResult, load_config, score, sweep, train
 
 try:
     __version__ = _metadata.version("grpo-run")
@@ -162,6 +162,8 @@ __all__ = [
     "ShapingVerifierConfig",
     "Stateful",
     "StreamingEngine",
+    "SweepResult",
+    "SweepVariant",
     "TakesAdapters",
     "TakesRunDefaults",
     "Task",
@@ -183,5 +185,6 @@ __all__ = [
     "mask_secrets",
     "reaches",
     "score",
+    "sweep",
     "train",
 ]

@@ -244,7 +244,8 @@ class MemoryRequest:
     """Key (and value) width per token and layer: key-value heads x head size."""
     vocab: int
     sequences: int
-    """Sequences of one rollout batch (prompts x samples per prompt)."""
+    """Sequences of one rollout batch (prompts x samples per prompt); in a sweep, every variant's
+    (the engine generates them together)."""
     prompt_tokens: int
     """The longest prompt (``data.max_prompt_token_length``)."""
     response_tokens: int

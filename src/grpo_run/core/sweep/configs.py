@@ -30,10 +30,11 @@ class VariantConfig:
 
 
 def variant_configs(data: Mapping[str, Any], variants: Sequence[Variant], registry: ComponentRegistry,
-                    source: str) -> list[VariantConfig]:
+                    source: str, set_aside: list[ConfigIssue] | None = None) -> list[VariantConfig]:
     """Each variant's validated config (``data``: the base config's tables, ``--set`` applied);
     every problem of every variant at once (one that all share, once), then the sweep's own
-    (:func:`sweep_issues`), as one :class:`ConfigError` from ``source``."""
+    (:func:`sweep_issues`), as one :class:`ConfigError` from ``source``. ``set_aside``: where
+    issues about this machine go instead (``grpo-run plan`` plans for another)."""
     out: list[VariantConfig] = []
     issues: list[ConfigIssue] = []
     for variant in variants:
@@ -42,7 +43,7 @@ def variant_configs(data: Mapping[str, Any], variants: Sequence[Variant], regist
             issues += problems
             continue
         try:
-            out.append(VariantConfig(variant, parse_config(merged, registry, source)))
+            out.append(VariantConfig(variant, parse_config(merged, registry, source, set_aside=set_aside)))
         except ConfigError as err:
             issues += [_blame(issue, variant) for issue in err.issues]
     issues = list(dict.fromkeys(issues))

@@ -77,8 +77,9 @@ def plan_variants(configs: Sequence[VariantConfig], directory: Path, manifest: S
         if manifest.entry(name).status == "completed":
             continue
         step = _saved_step(run_dir)
-        if step is not None and step >= cfg.train.total_steps:
-            manifest.entry(name).status, manifest.entry(name).step = "completed", step  # finished as a run of its own
+        if step is not None and step >= cfg.train.total_steps:  # finished as a run of its own
+            entry = manifest.entry(name)
+            entry.status, entry.step, entry.reason = "completed", step, None
             continue
         out.append(VariantRun(name, adapter, cfg, run_dir, resume=step is not None, overwrite=step is None))
     return out

@@ -8,14 +8,16 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import cattrs
 
 from grpo_run.core.errors import UserError
 from grpo_run.core.loop.fserrors import write_text_atomically
-from grpo_run.core.sweep.variants import Variant
+
+if TYPE_CHECKING:  # the report reads sweep.json without the config machinery
+    from grpo_run.core.sweep.variants import Variant
 
 SWEEP_FILE = "sweep.json"
 FORMAT = 1

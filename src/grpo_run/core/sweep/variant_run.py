@@ -128,6 +128,9 @@ class VariantRun:
         if run is not None:
             if status == "failed" and self.reason:
                 run.progress.message(f"run stopped: {self.reason}")
+            elif isinstance(error, RunInterrupted):
+                saved = f"checkpoint {error.checkpoint}" if error.checkpoint is not None else "nothing to save"
+                run.progress.message(f"interrupted by {error.signal_name} after step {error.step}: {saved}")
             run.close(status, error)
         self._set(status)
 
