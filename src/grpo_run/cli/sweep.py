@@ -82,8 +82,10 @@ def print_outcome(console: Console, manifest, directory: Path) -> None:
     from grpo_run.cli.rundir import load_metrics
 
     table = Table(title=f"sweep {directory}", title_justify="left")
-    for column in ("variant", "status", "step", "reward/mean", "eval/accuracy", "why"):
-        table.add_column(column, justify="right" if column in ("step", "reward/mean", "eval/accuracy") else "left")
+    for column in ("variant", "status", "step", "reward/mean", "eval/accuracy"):
+        table.add_column(column, justify="right" if column in ("step", "reward/mean", "eval/accuracy") else "left",
+                         no_wrap=True)
+    table.add_column("why (sweep.json has it whole)", no_wrap=True, overflow="ellipsis", max_width=60)
     for entry in manifest.variants:
         metrics = load_metrics(directory / entry.run_dir, required=False)
         reward, acc = (metrics.series(k)[1] for k in ("reward/mean", "eval/accuracy"))
