@@ -140,3 +140,26 @@ def test_bad_memory_and_device_values_get_one_line_errors(args: list[str], messa
 def test_a_registered_model_is_planned_too(capsys) -> None:
     code, plan = _plan(capsys, str(EXAMPLES / "arithmetic.toml"), "--device", "cpu", "--memory", "8GiB")
     assert code == 0 and plan["fits"] and plan["model"]["layers"] == 4
+
+
+def test_a_sweep_is_planned_with_every_variants_adapter_and_the_engines_whole_batch(tmp_path: Path, capsys) -> None:
+    model = _model(tmp_path / "model")
+    config = str(_config(tmp_path, model, "[model.lora]\nr = 8\n"))
+    _, alone = _plan(capsys, config, "--device", "cpu", "--memory", "24GiB")
+    code, sweep = _plan(capsys, config, "--device", "cpu", "--memory", "24GiB",
+                        "--vary", "optim.lr=1e-3,3e-3", "--vary", "run.seed=1,2,3")
+    assert code == 0 and sweep["variants"] == 6 and alone["variants"] == 1
+
+    def resident(plan):
+        return {part["name"]: part["bytes"] for part in plan["processes"][0]["resident"]}
+
+    def phase(plan, name):
+        return {part["name"]: part["bytes"] for part in plan["processes"][0]["phases"][name]}
+
+    assert resident(sweep)["weights"] == resident(alone)["weights"]  # one base model
+    assert resident(sweep)["LoRA adapters"] == 6 * resident(alone)["LoRA adapters"]
+    assert resident(sweep)["optimizer state"] == 6 * resident(alone)["optimizer state"]
+    assert phase(sweep, "optimizer step")["gradients"] == phase(alone, "optimizer step")["gradients"]
+    # The engine generates the six variants' 8 x 4 sequences together (the hf engine's KV buffers: 6x).
+    assert phase(sweep, "generation")["hf engine: KV cache"] == 6 * phase(alone, "generation")["hf engine: KV cache"]
+    assert main(["plan", config, "--vary", "model.dtype=float32,bfloat16"]) == 2
