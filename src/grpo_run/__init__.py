@@ -19,6 +19,7 @@ from grpo_run.core.errors import ConfigIssue, PluginError, RunError, UserError
 from grpo_run.core.plugins.trace_records import CompletionTrace
 from grpo_run.core.plugins.abilities import (
     AsyncClosable,
+    BatchesRequests,
     BatchVerifier,
     CapsBatchSize,
     DeclaresScoreRange,
@@ -30,6 +31,7 @@ from grpo_run.core.plugins.abilities import (
     RescalesScores,
     RewardFeedbackSampler,
     ScoreRescaler,
+    ServesAdapters,
     ShapingConfig,
     Stateful,
     StreamingEngine,
@@ -89,7 +91,7 @@ from grpo_run.core.plugins.types import (
     reaches,
 )
 
-from grpo_run.api import RewardFunction, TrainResult, load_config, score, train
+from grpo_run.api import RewardFunction, SweepResult, SweepVariant, TrainResult, load_config, score, sweep, train
 
 try:
     __version__ = _metadata.version("grpo-run")
@@ -120,6 +122,7 @@ __all__ = [
     "REWARD_LIMIT",
     "SOLVED_TOLERANCE",
     "AsyncClosable",
+    "BatchesRequests",
     "BatchVerifier",
     "CapsBatchSize",
     "ChecksRunConfig",
@@ -154,10 +157,13 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "ScoreRescaler",
+    "ServesAdapters",
     "ShapingConfig",
     "ShapingVerifierConfig",
     "Stateful",
     "StreamingEngine",
+    "SweepResult",
+    "SweepVariant",
     "TakesAdapters",
     "TakesRunDefaults",
     "Task",
@@ -179,5 +185,6 @@ __all__ = [
     "mask_secrets",
     "reaches",
     "score",
+    "sweep",
     "train",
 ]

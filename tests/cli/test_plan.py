@@ -158,3 +158,26 @@ def test_a_lora_run_plans_what_its_weight_sync_builds(capsys, sync: str, part: s
         assert built[part] == weights
     engine_parts = [p["name"] for p in trainer["resident"]]
     assert ("hf engine: LoRA adapter" in engine_parts) == (sync == "adapter")
+
+
+def test_a_sweep_is_planned_with_every_variants_adapter_and_the_engines_whole_batch(tmp_path: Path, capsys) -> None:
+    model = _model(tmp_path / "model")
+    config = str(_config(tmp_path, model, "[model.lora]\nr = 8\n"))
+    _, alone = _plan(capsys, config, "--device", "cpu", "--memory", "24GiB")
+    code, sweep = _plan(capsys, config, "--device", "cpu", "--memory", "24GiB",
+                        "--vary", "optim.lr=1e-3,3e-3", "--vary", "run.seed=1,2,3")
+    assert code == 0 and sweep["variants"] == 6 and alone["variants"] == 1
+
+    def resident(plan):
+        return {part["name"]: part["bytes"] for part in plan["processes"][0]["resident"]}
+
+    def phase(plan, name):
+        return {part["name"]: part["bytes"] for part in plan["processes"][0]["phases"][name]}
+
+    assert resident(sweep)["weights"] == resident(alone)["weights"]  # one base model
+    assert resident(sweep)["LoRA adapters"] == 6 * resident(alone)["LoRA adapters"]
+    assert resident(sweep)["optimizer state"] == 6 * resident(alone)["optimizer state"]
+    assert phase(sweep, "optimizer step")["gradients"] == phase(alone, "optimizer step")["gradients"]
+    # The engine generates the six variants' 8 x 4 sequences together (the hf engine's KV buffers: 6x).
+    assert phase(sweep, "generation")["hf engine: KV cache"] == 6 * phase(alone, "generation")["hf engine: KV cache"]
+    assert main(["plan", config, "--vary", "model.dtype=float32,bfloat16"]) == 2

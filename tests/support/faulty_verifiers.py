@@ -69,6 +69,15 @@ class Exit(_Base):
         sys.exit(3)
 
 
+class Raises(_Base):
+    """Raises on every call, as a verifier with a bug does."""
+
+    name = "raises"
+
+    def score(self, completion: str, ground_truth: Any, row: Any) -> float:
+        raise ValueError("this verifier always fails")
+
+
 class RaisesKeyboardInterrupt(_Base):
     name = "kbint"
 

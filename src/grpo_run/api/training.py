@@ -98,6 +98,14 @@ def train(
 
 def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[float] | None,
              overrides: Mapping[str, Any]) -> tuple[RunConfig, PluginHost]:
+    data, source, host = prepared_data(config, reward_funcs, reward_weights, overrides)
+    return parse_config(data, host.registry, source), host
+
+
+def prepared_data(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[float] | None,
+                  overrides: Mapping[str, Any]) -> tuple[dict[str, Any], str, PluginHost]:
+    """(the config's tables with ``overrides`` and the reward functions' verifiers merged in, its
+    name in error messages, the plugin host the functions are registered with)."""
     reward_funcs, reward_weights, models = split_reward_models(reward_funcs, reward_weights)
     funcs = as_reward_functions(reward_funcs or [], reward_weights)
     host = build_plugin_host()
@@ -116,7 +124,7 @@ def _prepare(config: ConfigSource, reward_funcs: Any, reward_weights: Sequence[f
         if not data.get("verifiers"):  # as in TRL, the functions alone give the reward
             data["scoring"] = {"row_verifiers": False, **(data.get("scoring") or {})}
         data["verifiers"] = {**(data.get("verifiers") or {}), **tables}
-    return parse_config(data, host.registry, source), host
+    return data, source, host
 
 
 def config_data(config: ConfigSource) -> tuple[dict[str, Any], str]:

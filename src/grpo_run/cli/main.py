@@ -2,6 +2,7 @@
 """The ``grpo-run`` command.
 
     grpo-run CONFIG.toml [--set key=value ...] [--output-dir DIR] [--resume PATH | --overwrite]   train
+    grpo-run sweep CONFIG.toml --vary key=v1,v2 [...] [--output-dir D]   LoRA variants on one base model
     grpo-run check CONFIG.toml [--set key=value ...]                validate, load no model
     grpo-run plan CONFIG.toml [--device D] [--memory SIZE] [--json] the memory a run needs, by part
     grpo-run plugins                                                list plugins and components
@@ -42,13 +43,15 @@ from grpo_run.cli.porting.command import add_import_parser, run_import_command
 from grpo_run.cli.report import add_report_parser, run_report_command
 from grpo_run.cli.score import add_score_parser, run_score_command
 from grpo_run.cli.serve import add_serve_parser, live_page, run_serve_command
+from grpo_run.cli.sweep import add_sweep_parser, run_sweep_command
 from grpo_run.core.errors import PluginInterrupted, RunError, UserError
 from grpo_run.core.loop.fserrors import FS_ERRNOS
 from grpo_run.core.loop.signals import RunInterrupted
 from grpo_run.core.plugins.host import DISABLE_AUTOLOAD_ENV
 from grpo_run.core.secrets import mask_secrets
 
-COMMANDS = ("train", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin", "import")
+COMMANDS = ("train", "sweep", "check", "plan", "plugins", "score", "eval", "report", "serve", "docs", "new-plugin",
+            "import")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "directory (the run directory defaults to the one it belongs to)")
             again.add_argument("--overwrite", action="store_true",
                                help="start again in a run directory that holds an earlier run (removes its files)")
+    add_sweep_parser(sub)
     sub.add_parser("plugins", help="list plugin distributions and the components they register")
     add_score_parser(sub)
     add_eval_parser(sub)
@@ -175,6 +179,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_eval_command(args, host)
     if args.command == "plan":
         return run_plan_command(args, host)
+    if args.command == "sweep":
+        return run_sweep_command(args, host)
     if args.command == "import":
         return run_import_command(args, host.registry)
     cfg = _load_checked(args, host)

@@ -1,13 +1,15 @@
 """``grpo-run plan CONFIG``: what a run will hold in memory, by process and part, before it runs.
 
-    grpo-run plan CONFIG.toml [--set key=value ...] [--device cuda|cpu] [--memory 24GiB] [--gpus N]
-                              [--json] [--simulate]
+    grpo-run plan CONFIG.toml [--set key=value ...] [--vary key=v1,v2 ...] [--device cuda|cpu]
+                              [--memory 24GiB] [--gpus N] [--json] [--simulate]
 
 Loads no weights: the model's ``config.json`` gives its shape, and the learner's micro-batch
 costs are measured on fake tensors (:mod:`grpo_run.core.learner.probe`). Exit 0 when it fits,
 1 with one line saying what to change when it does not, 2 for a bad config or argument.
 ``--simulate`` also runs the learner step itself on fake tensors and prints its peak beside the
-plan's (docs/memory.md).
+plan's (docs/memory.md). ``--vary`` plans the sweep of those variations (``grpo-run sweep``): the
+base model once, every variant's adapter and optimizer state, one variant's gradients at a time,
+and the engine's batch of every variant's requests, for the largest variant.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="path to the TOML config")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set rollout.num_unique_prompts_rollout=32 (repeatable)")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                   help="plan the sweep of these variations (grpo-run sweep's --vary; repeatable)")
     p.add_argument("--device", help="cuda or cpu: where the learner runs (default: model.device; \"auto\" is CUDA "
                                      "where one is visible)")
     p.add_argument("--memory", metavar="SIZE",
@@ -94,6 +98,9 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
         overrides.append('model.device="cuda"')
         aside = []
         cfg = load_config(args.config, host.registry, overrides, set_aside=aside)
+    variants = 1
+    if args.vary:
+        cfg, variants = _largest_variant(args.config, args.vary, overrides, host, aside)
     issues = model_path_issues(cfg.model.name_or_path, host.registry)
     if issues:
         raise ConfigError(args.config, issues)
@@ -121,6 +128,7 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
         host_memory = float(psutil.virtual_memory().available)
     inputs = plan_inputs(cfg, spec, config, device=device, capacity=capacity, runtime_bytes=runtime, gpus=gpus,
                          shape=shape, host_capacity=host_memory)
+    inputs = attrs.evolve(inputs, variants=variants)
     plan = plan_run(cfg, host.registry, inputs)
     if aside:
         notes = [f"set aside for this plan: {i.path}: {i.message}" for i in aside]
@@ -141,12 +149,31 @@ def run_plan_command(args: argparse.Namespace, host: PluginHost) -> int:
         out["model"] = {"params": inputs.shape.params, "layers": inputs.shape.layers, "hidden": inputs.shape.hidden,
                         "vocab": inputs.shape.vocab, "context": inputs.shape.context}
         out["seconds"] = round(seconds, 2)
+        out["variants"] = variants
         if simulated is not None:
             out["simulated"] = simulated
         print(json.dumps(out))
     else:
         _print(Console(highlight=False), args.config, cfg, inputs, plan, simulated, seconds)
     return 0 if plan.fits else 1
+
+
+def _largest_variant(path: str, vary: list[str], overrides: list[str], host: PluginHost, aside: list) -> tuple:
+    """(the config of the sweep's variant that needs the most memory, the number of variants)."""
+    from pathlib import Path
+
+    from grpo_run.core.config.loading import apply_overrides, read_toml
+    from grpo_run.core.sweep.configs import variant_configs
+    from grpo_run.core.sweep.variants import parse_vary, variants_of
+
+    data = apply_overrides(read_toml(Path(path)), overrides)
+    configs = variant_configs(data, variants_of(parse_vary(vary)), host.registry, path, set_aside=aside)
+
+    def need(cfg) -> tuple[int, int]:
+        rollout = rollout_shape(cfg)
+        return (cfg.model.lora.r if cfg.model.lora is not None else 0, rollout.tokens)
+
+    return max((c.cfg for c in configs), key=need), len(configs)
 
 
 def _gpus_named(cfg) -> int:
@@ -198,6 +225,10 @@ def _print(console: Console, path: str, cfg, inputs, plan: RunPlan, simulated: d
                        f"{', autocast ' + cfg.model.autocast if cfg.model.autocast != 'none' else ''}"))
     console.print(Text(f"rollout batch: {rollout.prompts} prompts x {rollout.samples} samples x up to "
                        f"{rollout.prompt_tokens} + {rollout.response_tokens} tokens = {rollout.tokens:,} tokens"))
+    if inputs.variants > 1:
+        console.print(Text(f"sweep: {inputs.variants} variants on one base model (planned as the largest): "
+                           f"{inputs.variants} adapters and optimizer states, one variant's gradients at a time, "
+                           f"the engine generating {inputs.variants} x {rollout.sequences} sequences together"))
     for process, last in _grouped(plan.processes):
         name, where = process.name, process.device
         if last is not process:

@@ -133,7 +133,12 @@ def _png(fig: Figure) -> bytes:
 
 def render(p: Panel, metrics: RunMetrics) -> bytes | None:
     """The panel as PNG bytes, or None when none of its series has a point."""
-    lines = [s for s in p.series(metrics) if s[1]]
+    return render_lines(p.title, p.ylabel, p.series(metrics))
+
+
+def render_lines(title: str, ylabel: str, series: list[Series]) -> bytes | None:
+    """``series`` (label, steps, values) overlaid in one plot, as PNG bytes; None when none has a point."""
+    lines = [s for s in series if s[1]]
     if not lines:
         return None
     with _LOCK:
@@ -144,9 +149,9 @@ def render(p: Panel, metrics: RunMetrics) -> bytes | None:
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-        ax.set_title(p.title, fontsize=11)
+        ax.set_title(title, fontsize=11)
         ax.set_xlabel("step")
-        ax.set_ylabel(p.ylabel)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if len(lines) > 1:
             ax.legend(fontsize=8)

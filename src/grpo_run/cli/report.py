@@ -35,13 +35,17 @@ pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:12px}
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="plots and an HTML report of a run directory")
-    p.add_argument("run_dir", help="a run directory (holding metrics.jsonl)")
+    p = sub.add_parser("report", help="plots and an HTML report of a run directory, or of a sweep's variants")
+    p.add_argument("run_dir", help="a run directory (holding metrics.jsonl), or a sweep's (holding sweep.json)")
     p.add_argument("--output-dir", help=f"where report.html and the PNGs go (default: RUN_DIR/{REPORT_DIR})")
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    out = write_report(Path(args.run_dir), Path(args.output_dir) if args.output_dir else None)
+    from grpo_run.cli.sweep_report import write_sweep_report
+    from grpo_run.core.sweep.manifest import is_sweep
+
+    directory, out_dir = Path(args.run_dir), Path(args.output_dir) if args.output_dir else None
+    out = (write_sweep_report if is_sweep(directory) else write_report)(directory, out_dir)
     print(f"wrote {out}" + ("" if plots_available() else f" without curves ({NEEDS_MATPLOTLIB})"))
     return 0
 

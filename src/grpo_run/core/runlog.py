@@ -8,6 +8,7 @@ own progress lines (:class:`LibraryOutput`).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import warnings
@@ -23,7 +24,53 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 def configure_run_logging(run_dir: Path, level: str = "info") -> SafeLogFile:
     """Send structlog events as JSON lines to ``run_dir/log.jsonl``; returns the open file."""
-    fh = SafeLogFile((Path(run_dir) / "log.jsonl").open("a", encoding="utf-8"))
+    fh = open_run_log(run_dir)
+    _configure(fh, level)
+    return fh
+
+
+def open_run_log(run_dir: Path) -> SafeLogFile:
+    """``run_dir/log.jsonl``, open for appending."""
+    return SafeLogFile((Path(run_dir) / "log.jsonl").open("a", encoding="utf-8"))
+
+
+_RUN_LOG: contextvars.ContextVar[SafeLogFile | None] = contextvars.ContextVar("grpo_run_log", default=None)
+
+
+class _RoutedLog:
+    """Writes to the log of the run whose code is running (:func:`log_here`), else to ``default``.
+
+    Several runs in one process (a sweep's variants) each run in a context of their own: their
+    asyncio tasks and the worker threads they start through ``asyncio.to_thread`` carry it."""
+
+    def __init__(self, default: SafeLogFile) -> None:
+        self.default = default
+
+    def write(self, text: str) -> None:
+        self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def _target(self) -> SafeLogFile:
+        run = _RUN_LOG.get()
+        return run if run is not None and not run.closed else self.default  # a run that ended: the default
+
+
+def route_run_logs(directory: Path, level: str = "info") -> SafeLogFile:
+    """Send structlog events to the log of the run whose code logs them (:func:`log_here`), and
+    what no run's code logs to ``directory/log.jsonl``; returns that file."""
+    fh = open_run_log(directory)
+    _configure(_RoutedLog(fh), level)
+    return fh
+
+
+def log_here(fh: SafeLogFile) -> None:
+    """Code running in the current context (and what it starts) logs to ``fh`` (:func:`route_run_logs`)."""
+    _RUN_LOG.set(fh)
+
+
+def _configure(fh: Any, level: str) -> None:
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -36,7 +83,6 @@ def configure_run_logging(run_dir: Path, level: str = "info") -> SafeLogFile:
         logger_factory=structlog.WriteLoggerFactory(file=fh),
         cache_logger_on_first_use=False,
     )
-    return fh
 
 
 def get_logger(**context: Any) -> Any:
@@ -119,6 +165,10 @@ class SafeLogFile:
     def __init__(self, fh: IO[str]) -> None:
         self._fh = fh
         self.failed: OSError | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
 
     def write(self, text: str) -> None:
         if self._fh.closed:

@@ -79,3 +79,13 @@ def test_zero_figures_match_deepspeeds_estimators(gpus: int) -> None:
     ours2 = _model_states_bytes(model_states(StateLoad(**base, stage=2)))
     assert ours3 == pytest.approx(zero3, rel=1e-6)
     assert ours2 == pytest.approx(zero2, rel=1e-6)
+
+
+def test_a_sweeps_variants_hold_an_adapter_and_optimizer_state_each_and_the_base_once() -> None:
+    # LoRA: 10,000 trainable float32 parameters per adapter on a 1M-parameter base; 4 variants.
+    lora = dict(params=P, param_bytes=4, trainable=10_000, trainable_bytes=4, world_size=1, strategy="single")
+    one, four = _states(**lora), _states(**lora, variants=4)
+    assert _resident(four)["weights"] == _resident(one)["weights"] == 4 * P  # the base, once
+    assert _resident(four)["LoRA adapters"] == 4 * 40_000 and _resident(one)["LoRA adapters"] == 40_000
+    assert _resident(four)["optimizer state"] == 4 * 80_000  # AdamW: 2 x 4 bytes per parameter, per variant
+    assert [p.bytes for p in four.gradients] == [p.bytes for p in one.gradients] == [40_000]  # one variant's at a time

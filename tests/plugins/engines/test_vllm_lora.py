@@ -213,3 +213,49 @@ def test_a_corrupt_adapter_write_stops_the_run_naming_the_engine_and_the_checkpo
     resumed = tmp_path / "resumed"
     assert main([*args, "--output-dir", str(resumed), "--resume", str(run / "checkpoints" / "step_2")]) == 0
     assert sorted(rows_of(resumed)) == [3]
+
+
+# -- a sweep: several adapters at once -----------------------------------------------------------
+
+
+def test_several_adapters_serve_their_own_requests_side_by_side_each_as_alone(plugin_host, arith_dir, merged):
+    engine = start(plugin_host, arith_dir, AdapterSlots(max_rank=8, count=3))
+    try:
+        first = trained_adapter(arith_dir, 0, r=4, scale=0.2)[0]
+        second = trained_adapter(arith_dir, 1, r=8, target_modules=["q_proj", "v_proj"], scale=0.2)[0]
+        asyncio.run(engine.update_adapter(attrs.evolve(first, name="first"), 3))
+        asyncio.run(engine.update_adapter(attrs.evolve(second, name="second"), 5))
+        prompts = prompts_of(engine)
+        asks = [attrs.evolve(params, adapter=name) for name in ("first", "second", "third")
+                for params in (GREEDY, SAMPLED)]
+        alone = [asyncio.run(engine.generate(prompts, params)) for params in asks]
+
+        async def side_by_side():
+            return await asyncio.gather(*(engine.generate(prompts, params) for params in asks))
+
+        together = asyncio.run(side_by_side())
+        for ours, theirs in zip(together, alone):
+            assert_same_completions(ours, theirs)
+        versions = [{c.policy_versions for g in groups for c in g} for groups in together]
+        assert versions == [{(3, 3)}] * 2 + [{(5, 5)}] * 2 + [{(0, 0)}] * 2
+        # "third" is not loaded: the base model; the loaded ones sample otherwise.
+        assert tokens(together[4]) == tokens(asyncio.run(merged.generate(prompts, GREEDY)))
+        assert tokens(together[0]) != tokens(together[4]) != tokens(together[2])
+    finally:
+        engine.close()
+
+
+def test_a_sweep_on_vllm_trains_each_variant_as_its_lone_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(PYTHON_ENV, vllm_python())
+    settings = [*VLLM, "--set", "model.lora.r=8", "--set", "train.total_steps=2", "--set", "train.local_eval_every=0",
+                "--set", "algorithm.mismatch_correction=token-truncate"]
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", EXAMPLE, "--vary", "optim.lr=1e-3,3e-2", "--output-dir", str(sweep), *settings]) == 0
+    lone = tmp_path / "lone"
+    assert main([EXAMPLE, "--output-dir", str(lone), "--set", "optim.lr=3e-2", *settings]) == 0
+    ours, alone = rows_of(sweep / "lr-0.03"), rows_of(lone)
+    assert ours[1]["reward/mean"] == alone[1]["reward/mean"]
+    assert abs(ours[2]["reward/mean"] - alone[2]["reward/mean"]) <= 0.05
+    for step in (1, 2):  # vLLM sampled with each variant's adapter: its log-probs are the learner's
+        for name in ("lr-0.001", "lr-0.03"):
+            assert rows_of(sweep / name)[step]["mismatch/log_rho_abs_mean"] < 1e-4

@@ -86,9 +86,13 @@ class Learner:
         kl: KLEstimator | None,
         *,
         strategy: Strategy | None = None,
+        adapter: str = "default",
     ) -> None:
         self.spec = spec
         self.policy = policy
+        self.adapter = adapter
+        """With LoRA, the name of this learner's adapter on ``policy`` (a sweep's variant's; a
+        run's is peft's ``"default"``)."""
         self.loss = loss
         self.kl = kl
         self.beta = spec.kl.beta
@@ -126,7 +130,9 @@ class Learner:
 
             if not self.strategy.is_main:
                 return None  # type: ignore[return-value]
-            return adapter_snapshot(self.policy) if lora.sync == "adapter" else merged_state_dict(self.policy)
+            if lora.sync == "adapter":
+                return adapter_snapshot(self.policy, self.adapter)
+            return merged_state_dict(self.policy, self.adapter)
         return self.strategy.full_state_dict()  # type: ignore[return-value]
 
     # -- one step --------------------------------------------------------------------------
@@ -414,7 +420,7 @@ def _lora_policy(spec: LearnerSpec) -> tuple[Any, Any]:
     base = model.load()
     if model.gradient_checkpointing:
         enable_activation_checkpointing(base)
-    policy = wrap_policy(base, model.lora, adapter_from=model.policy_from)
+    policy = wrap_policy(base, model.lora, adapter_from=model.policy_from, seed=model.seed)
     reference = AdapterDisabledView(policy) if spec.uses_reference else None
     return policy, reference
 

@@ -13,9 +13,15 @@ Three seams of the learner change with LoRA, and nothing else does:
   (``"merged"``: :func:`merged_state_dict`, which an engine loads with
   ``load_state_dict(strict=True)`` without knowing about adapters).
 
+A sweep (``grpo-run sweep``) holds one adapter per variant on one base model: every function
+here takes the adapter's name (a run's is :data:`ADAPTER`); :func:`add_adapter` adds one, and
+:func:`save_adapter` writes one where a run's checkpoint has its own. A new adapter's initial
+weights come from ``run.seed`` alone, so a variant starts from the adapter its config gets alone.
+
 ``peft`` is imported only here, when LoRA is configured (extra ``grpo-run[peft]``).
 """
 
+import contextlib
 import copy
 import json
 from collections.abc import Callable, Iterator
@@ -50,20 +56,51 @@ def lora_config(section: LoraSection) -> Any:
     return _peft().LoraConfig(**peft_fields(section))
 
 
-def wrap_policy(base: torch.nn.Module, section: LoraSection, adapter_from: str | None = None) -> Any:
-    """``base`` with LoRA adapters: new ones per ``section``, or the adapter saved in the
-    checkpoint directory ``adapter_from`` (resuming), trainable either way."""
+def wrap_policy(base: torch.nn.Module, section: LoraSection, adapter_from: str | None = None, *, seed: int = 0,
+                name: str = ADAPTER) -> Any:
+    """``base`` with a LoRA adapter named ``name``: a new one per ``section`` (its initial weights
+    from ``seed``), or the adapter saved in the checkpoint directory ``adapter_from`` (resuming),
+    trainable either way."""
     peft = _peft()
     with peft_reading_deprecated_properties():
         if adapter_from is None:
             try:
-                return peft.get_peft_model(base, lora_config(section), adapter_name=ADAPTER)
+                with _seeded(seed):
+                    return peft.get_peft_model(base, lora_config(section), adapter_name=name)
             except ValueError as exc:  # e.g. target modules not found in the model
                 raise UserError(f"model.lora: {exc}") from None
         try:
-            return peft.PeftModel.from_pretrained(base, adapter_from, adapter_name=ADAPTER, is_trainable=True)
+            return peft.PeftModel.from_pretrained(base, adapter_from, adapter_name=name, is_trainable=True)
         except (OSError, ValueError) as exc:
             raise UserError(f"{adapter_from}: cannot load the LoRA adapter: {exc}") from None
+
+
+def add_adapter(policy: Any, name: str, section: LoraSection, adapter_from: str | None = None, *, seed: int = 0) -> None:
+    """Another adapter on the peft model ``policy`` (a sweep's variant): new, its initial weights
+    the ones :func:`wrap_policy` gives for the same ``section`` and ``seed``, or loaded from the
+    checkpoint directory ``adapter_from``. Each adapter's layers are its own; only the active
+    adapter's parameters are trainable (``policy.set_adapter``)."""
+    with peft_reading_deprecated_properties():
+        if adapter_from is None:
+            try:
+                with _seeded(seed):
+                    policy.add_adapter(name, lora_config(section))
+            except ValueError as exc:
+                raise UserError(f"model.lora: {exc}") from None
+            return
+        try:
+            policy.load_adapter(adapter_from, adapter_name=name, is_trainable=True)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{adapter_from}: cannot load the LoRA adapter: {exc}") from None
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """New adapter weights drawn from ``seed`` alone, leaving torch's global generator as it was."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 class AdapterDisabledView:
@@ -89,7 +126,7 @@ class AdapterDisabledView:
         return self.policy.dtype
 
 
-def merged_state_dict(policy: Any) -> dict[str, torch.Tensor]:
+def merged_state_dict(policy: Any, adapter: str = ADAPTER) -> dict[str, torch.Tensor]:
     """The weights of ``policy`` with its adapters merged in, named as in the base model.
 
     Each adapted layer is copied on its own and merged by peft (so LoRA, rsLoRA and DoRA merge
@@ -108,10 +145,12 @@ def merged_state_dict(policy: Any) -> dict[str, torch.Tensor]:
             continue  # inside a layer already handled
         if isinstance(module, BaseTunerLayer):
             layer = copy.deepcopy(module)
-            layer.merge(adapter_names=[ADAPTER])
+            layer.merge(adapter_names=[adapter])  # a layer without this adapter (another variant's) stays as it is
             state = layer.get_base_layer().state_dict()
         elif isinstance(module, ModulesToSaveWrapper):
-            state = module.modules_to_save[ADAPTER].state_dict()
+            if adapter not in module.modules_to_save:
+                continue
+            state = module.modules_to_save[adapter].state_dict()
         else:
             continue
         replaced.append(path)
@@ -122,20 +161,20 @@ def merged_state_dict(policy: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-def adapter_snapshot(policy: Any) -> LoraAdapter:
+def adapter_snapshot(policy: Any, adapter: str = ADAPTER) -> LoraAdapter:
     """The policy's adapter as engines receive it: its tensors (detached copies, under peft's saved
     names) and its peft config as ``adapter_config.json`` would hold it (``target_modules``
     resolved to the module names, e.g. from ``"all-linear"``)."""
     peft = _peft()
     # Not "auto": that would read the base model's config from disk at every sync to decide.
-    state = peft.get_peft_model_state_dict(policy, adapter_name=ADAPTER, save_embedding_layers=False)
+    state = peft.get_peft_model_state_dict(policy, adapter_name=adapter, save_embedding_layers=False)
     tensors = {name: value.detach().clone() for name, value in state.items()}
-    return LoraAdapter(POLICY_ADAPTER, adapter_config(policy), tensors)
+    return LoraAdapter(POLICY_ADAPTER, adapter_config(policy, adapter), tensors)
 
 
-def adapter_config(policy: Any) -> dict[str, Any]:
+def adapter_config(policy: Any, adapter: str = ADAPTER) -> dict[str, Any]:
     """The policy's peft adapter config as plain JSON data (sets as sorted lists)."""
-    config = policy.peft_config[ADAPTER].to_dict()
+    config = policy.peft_config[adapter].to_dict()
     return json.loads(json.dumps(config, default=lambda value: sorted(value) if isinstance(value, set) else str(value)))
 
 
@@ -157,12 +196,33 @@ def saved_adapter(checkpoint: Path) -> LoraAdapter:
     return LoraAdapter(POLICY_ADAPTER, config, tensors)
 
 
-def save_merged_model(policy: Any, directory: Any) -> None:
+def save_adapter(policy: Any, adapter: str, directory: Path) -> None:
+    """Write adapter ``adapter`` of ``policy`` into ``directory`` as peft writes a run's only
+    adapter (``adapter_config.json``, ``adapter_model.safetensors``, at the top level): what
+    ``PeftModel.from_pretrained`` and a run's ``--resume`` load."""
+    from safetensors.torch import save_file
+
+    peft = _peft()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = peft.get_peft_model_state_dict(policy, adapter_name=adapter, save_embedding_layers=False)
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()}, str(directory / ADAPTER_WEIGHTS),
+              metadata={"format": "pt"})
+    config = policy.peft_config[adapter]
+    inference_mode = config.inference_mode
+    config.inference_mode = True  # as peft saves it
+    try:
+        config.save_pretrained(str(directory))
+    finally:
+        config.inference_mode = inference_mode
+
+
+def save_merged_model(policy: Any, directory: Any, adapter: str = ADAPTER) -> None:
     """Write the merged model to ``directory`` in Hugging Face format (config + safetensors)."""
     base = policy.get_base_model()
     # The base model object still holds peft's layers; its config and save logic are the
     # original model's, and the state dict handed over carries the original names.
-    base.save_pretrained(directory, state_dict=merged_state_dict(policy), safe_serialization=True)
+    base.save_pretrained(directory, state_dict=merged_state_dict(policy, adapter), safe_serialization=True)
 
 
 MERGED_DIR = "merged"
@@ -175,7 +235,8 @@ def merged_model_writer(learner: Any) -> Callable[[Path], None] | None:
     lora = learner.spec.model.lora
     if lora is None or not lora.save_merged:
         return None
-    return lambda checkpoint: save_merged_model(learner.policy, checkpoint / MERGED_DIR)
+    adapter = getattr(learner, "adapter", ADAPTER)
+    return lambda checkpoint: save_merged_model(learner.policy, checkpoint / MERGED_DIR, adapter)
 
 
 def write_merged_checkpoint(checkpoint: Path, directory: Path) -> None:

@@ -51,6 +51,8 @@ class ModelSpec:
     """``"bfloat16"``: learner forwards run under ``torch.autocast`` (weights stay in ``dtype``)."""
     lora: LoraSection | None = None
     """LoRA adapters instead of full fine-tuning (see :mod:`grpo_run.core.learner.lora`)."""
+    seed: int = 0
+    """Where a new LoRA adapter's initial weights come from (``run.seed``)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:

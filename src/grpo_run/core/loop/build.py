@@ -110,7 +110,7 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
             revision=m.revision, trust_remote_code=m.trust_remote_code,
             gradient_checkpointing=checkpointing,
             policy_from=str(policy_from) if policy_from is not None else None,
-            autocast=m.autocast, lora=resolved_lora(cfg, registry),
+            autocast=m.autocast, lora=resolved_lora(cfg, registry), seed=cfg.run.seed,
         ),
         algorithm=cfg.algorithm,
         optim=cfg.optim,
@@ -126,14 +126,16 @@ def learner_spec(cfg: RunConfig, host: PluginHost, model_path: str, pad_token_id
 
 
 def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: str | Path | None = None,
-              warn: Callable[[str], None] | None = None) -> RunParts:
+              warn: Callable[[str], None] | None = None, placement: Placement | None = None) -> RunParts:
     """Load data, model, tokenizer and every plugin component for ``cfg``.
 
     ``policy_from``: a checkpoint directory (Hugging Face format) whose weights the policy starts
     from instead of ``model.name_or_path`` (resuming). The tokenizer, the engine's initial
     weights and the reference policy still come from ``model.name_or_path``. ``warn``: where the
     parts' warnings during the run go (the console): async verifiers, an evaluation whose every
-    episode failed, an environment's episodes and the processes they leave behind.
+    episode failed, an environment's episodes and the processes they leave behind. ``placement``:
+    where the learner and engines come from (default: the one ``[distributed]`` asks for; a
+    sweep's variant: its share of the sweep's base model and engine).
     """
     import transformers
 
@@ -153,7 +155,7 @@ def build_run(cfg: RunConfig, host: PluginHost, run_dir: Path, *, policy_from: s
         log.warning("prompts_too_long_dropped", count=prompts.dropped,
                     max_prompt_token_length=cfg.data.max_prompt_token_length)
 
-    placement = build_placement(cfg)
+    placement = placement if placement is not None else build_placement(cfg)
     try:
         scorer = build_scorer(cfg, registry, placement.scoring_pool(), placement.own_worker_pool())
     except BaseException:

@@ -21,11 +21,11 @@ from grpo_run.core.loop.build import RunParts
 from grpo_run.core.loop.fserrors import write_text_atomically, writing
 from grpo_run.core.loop.hub import HubPusher
 from grpo_run.core.loop.observers import LifecycleHooks, Observer, StepEvent, close_all
-from grpo_run.core.loop.progress import RunProgress
+from grpo_run.core.loop.progress import ProgressBoard, RunProgress
 from grpo_run.core.loop.resuming import resume_point
 from grpo_run.core.loop.rundir import checkpoints_dir, forget_unstarted_run, prepare_run_dir
 from grpo_run.core.plugins.host import PluginHost
-from grpo_run.core.runlog import LibraryOutput, configure_run_logging, get_logger
+from grpo_run.core.runlog import LibraryOutput, configure_run_logging, get_logger, log_here, open_run_log
 from grpo_run.core.secrets import mask_secrets
 
 
@@ -43,6 +43,17 @@ class LastMetrics:
 
     def on_run_end(self, status: str, error: BaseException | None) -> None:
         pass
+
+
+@attrs.frozen
+class SharedOutput:
+    """Where a run that shares its process with other runs (a sweep's variant) speaks: its line
+    ``label`` on ``board``, its ``log.jsonl`` through the process's routed log (set up by the owner:
+    :func:`~grpo_run.core.runlog.route_run_logs`), the libraries' output taken over by the owner."""
+
+    board: ProgressBoard
+    library_output: LibraryOutput
+    label: str
 
 
 @attrs.define(eq=False)
@@ -64,6 +75,9 @@ class OpenedRun:
     last: LastMetrics = attrs.Factory(LastMetrics)
     parts: RunParts | None = None
     observers: list[Observer] = attrs.Factory(list)
+    owns_output: bool = True
+    """The run set up the process's logging and library output (and puts them back at the end);
+    not a sweep's variant, whose sweep does."""
 
     def close(self, status: str, error: BaseException | None) -> None:
         """End the run: observers, hooks, parts, the log; a new run that learnt nothing leaves
@@ -77,19 +91,21 @@ class OpenedRun:
         if self.parts is not None:
             self.parts.close()
         get_logger().info("run_end", status=status)
-        # Stop writing to the closed file: code that logs after the run (a second run in the
-        # same process, tests) gets structlog's defaults back instead of an I/O error.
-        self.library_output.stop()
-        structlog.reset_defaults()
+        if self.owns_output:
+            # Stop writing to the closed file: code that logs after the run (a second run in the
+            # same process, tests) gets structlog's defaults back instead of an I/O error.
+            self.library_output.stop()
+            structlog.reset_defaults()
         self.log_file.close()
         if status == "failed" and self.checkpoint is None and not self.last.trained:
             forget_unstarted_run(self.run_dir)  # nothing learnt: a retry must not need --overwrite
 
 
 def open_run(cfg: RunConfig, host: PluginHost, run_dir: Path, resume_from: str | Path | None,
-             overwrite: bool) -> OpenedRun:
+             overwrite: bool, shared: SharedOutput | None = None) -> OpenedRun:
     """Find the checkpoint to resume from, prepare ``run_dir`` (see :mod:`.rundir`), write the
-    config, start the log and the console, and say what the config and the directory call for."""
+    config, start the log and the console, and say what the config and the directory call for.
+    ``shared``: the run shares the process with others (a sweep's variant), and its output."""
     name_deepspeeds_accelerator()
     damaged: list[str] = []
     checkpoint, trainer_state, start_step = resume_point(cfg, resume_from, damaged.append)
@@ -97,13 +113,22 @@ def open_run(cfg: RunConfig, host: PluginHost, run_dir: Path, resume_from: str |
                             resume_step=start_step if checkpoint is not None else None, overwrite=overwrite)
     write_text_atomically(run_dir / "config.toml", mask_secrets(dump_config_toml(cfg)), "the run's config")
     with writing(run_dir / "log.jsonl", "the run log"):
-        log_file = configure_run_logging(run_dir, cfg.logging.level)
-    library_output = LibraryOutput()  # libraries' warnings and log records: log.jsonl, not the console
-    library_output.start()
+        if shared is None:
+            log_file = configure_run_logging(run_dir, cfg.logging.level)
+        else:
+            log_file = open_run_log(run_dir)
+            log_here(log_file)
+    if shared is None:
+        library_output = LibraryOutput()  # libraries' warnings and log records: log.jsonl, not the console
+        library_output.start()
+    else:
+        library_output = shared.library_output
     log = get_logger()
     progress = RunProgress(cfg.train.total_steps, enabled=cfg.logging.progress, temperature=cfg.rollout.temperature,
                            group_size=cfg.rollout.num_samples_per_prompt_rollout,
-                           max_runtime_s=cfg.train.max_runtime_s)
+                           max_runtime_s=cfg.train.max_runtime_s,
+                           board=shared.board if shared is not None else None,
+                           label=shared.label if shared is not None else "")
     progress.message(f"grpo-run: run directory {run_dir}")
     for text in start_warnings(cfg):
         progress.warning(text)
@@ -116,7 +141,8 @@ def open_run(cfg: RunConfig, host: PluginHost, run_dir: Path, resume_from: str |
         log.info("run_dir_prepared", detail=text)
     push = cfg.checkpoint.push_to_hub
     return OpenedRun(cfg, run_dir, checkpoint, trainer_state, start_step, progress, log_file, library_output,
-                     LifecycleHooks(host, progress), HubPusher(push, progress.warning) if push is not None else None)
+                     LifecycleHooks(host, progress), HubPusher(push, progress.warning) if push is not None else None,
+                     owns_output=shared is None)
 
 
 def start_warnings(cfg: RunConfig) -> list[str]:

@@ -1,5 +1,7 @@
 """The console view of a run: a rich progress bar with the headline numbers and an ETA, a warning
-when steps keep being skipped for lack of reward spread, and the closing summary.
+when steps keep being skipped for lack of reward spread, and the closing summary. The runs of a
+sweep share one display (:class:`ProgressBoard`), a line each, their messages prefixed with their
+names.
 
 Text is always printed literally, never read as rich markup (``[verifiers.math]`` stays).
 """
@@ -120,20 +122,52 @@ class SignalWatch:
         return f"the reward is all-or-nothing per prompt, always 0 or always the maximum (mean {mean:.3f})"
 
 
-class RunProgress:
-    """Shows step, reward, eval accuracy, tokens/s and the ETA; plain lines when not on a terminal."""
+class ProgressBoard:
+    """One progress display for several runs in one process (a sweep's variants): a line each,
+    named; plain lines when not on a terminal."""
 
-    def __init__(self, total_steps: int, enabled: bool = True, *, temperature: float = 1.0, group_size: int = 8,
-                 max_runtime_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, enabled: bool = True) -> None:
         self.console = Console(stderr=True)
         self.live = enabled and sys.stderr.isatty()
+        self.progress: Progress | None = None
+        if self.live:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"), TextColumn("{task.fields[info]}"), console=self.console,
+            )
+            self.progress.start()
+
+    def message(self, text: str) -> None:
+        self.console.print(mask_secrets(text), markup=False, highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+class RunProgress:
+    """Shows step, reward, eval accuracy, tokens/s and the ETA; plain lines when not on a terminal.
+
+    ``board``: the display shared with the other runs of a sweep, where this run is the line
+    ``label`` (its messages start with it)."""
+
+    def __init__(self, total_steps: int, enabled: bool = True, *, temperature: float = 1.0, group_size: int = 8,
+                 max_runtime_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 board: ProgressBoard | None = None, label: str = "") -> None:
+        self.board = board
+        self.prefix = f"{label}: " if label else ""
+        self.console = board.console if board is not None else Console(stderr=True)
+        self.live = board.live if board is not None else enabled and sys.stderr.isatty()
         self.total = total_steps
         self.eval_accuracy: float | None = None
         self.eta = Eta(total_steps, max_runtime_s, clock)
         self.signal = SignalWatch(total_steps, temperature, group_size)
         self._said_skipped_updates = False
         self._progress: Progress | None = None
-        if self.live:
+        if board is not None and board.progress is not None:
+            self._progress = board.progress
+            self._task = board.progress.add_task(label, total=total_steps, info="", eta="")
+        elif self.live:
             self._progress = Progress(
                 TextColumn("[bold]grpo-run"),
                 BarColumn(),
@@ -148,11 +182,11 @@ class RunProgress:
 
     def message(self, text: str) -> None:
         """Print ``text`` as it is (never read as rich markup: ``[verifiers.math]`` stays), secrets masked."""
-        self.console.print(mask_secrets(text), markup=False, highlight=False, soft_wrap=True)
+        self.console.print(mask_secrets(self.prefix + text), markup=False, highlight=False, soft_wrap=True)
 
     def warning(self, text: str) -> None:
         """``warning: <text>``, the label styled, the text literal (secrets masked)."""
-        self.console.print(Text.assemble(("warning:", "yellow"), " ", mask_secrets(text)), soft_wrap=True)
+        self.console.print(Text.assemble(self.prefix, ("warning:", "yellow"), " ", mask_secrets(text)), soft_wrap=True)
 
     def update(self, step: int, metrics: Mapping[str, float], failure: str | None = None) -> None:
         """Show a finished step (``failure``: its batch's first failed episode, for the no-signal warning)."""
@@ -171,7 +205,7 @@ class RunProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info, eta=eta)
         elif step % 10 == 0 or "eval/accuracy" in metrics or step == self.total:
-            self.console.print(f"step {step}/{self.total}  {info}  {eta}", markup=False, highlight=False)
+            self.console.print(f"{self.prefix}step {step}/{self.total}  {info}  {eta}", markup=False, highlight=False)
         warning = self.signal.add(step, metrics, failure)
         if warning:
             self.warning(warning)
@@ -188,7 +222,7 @@ class RunProgress:
 
     def close(self) -> None:
         self._flush_signal()
-        if self._progress is not None:
+        if self._progress is not None and self.board is None:  # a board is closed by its owner
             self._progress.stop()
 
     def _flush_signal(self) -> None:

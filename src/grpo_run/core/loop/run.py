@@ -32,6 +32,7 @@ from grpo_run.core.loop.opening import OpenedRun, open_run
 from grpo_run.core.loop.resuming import regenerated_note, restore
 from grpo_run.core.loop.signals import RunInterrupted, StopRequested, StopSignals
 from grpo_run.core.loop.wiring import LoopRig
+from grpo_run.core.placement.select import Placement
 from grpo_run.core.plugins.host import PluginHost
 from grpo_run.core.runlog import get_logger
 
@@ -54,8 +55,8 @@ def train(
     status, error = "failed", None
     with StopSignals() as signals:
         try:
-            with _stop_before_the_loop(run):
-                rig = _start(run, host, report_interrupted)
+            with stop_before_the_loop(run):
+                rig = start_run(run, host, report_interrupted)
                 state = rig.drive(signals)
             rig.finish(state)  # after a stop signal: RunInterrupted
             status = "completed"
@@ -81,7 +82,7 @@ def train(
 
 
 @contextlib.contextmanager
-def _stop_before_the_loop(run: OpenedRun) -> Iterator[None]:
+def stop_before_the_loop(run: OpenedRun) -> Iterator[None]:
     """A stop signal before the loop takes signals over (while building): the run ends
     interrupted, with nothing new to save."""
     try:
@@ -90,12 +91,14 @@ def _stop_before_the_loop(run: OpenedRun) -> Iterator[None]:
         raise RunInterrupted(exc.signal_name, run.start_step, run.checkpoint, run.run_dir) from None
 
 
-def _start(run: OpenedRun, host: PluginHost,
-           report_interrupted: Callable[[RunInterrupted], list[str]] | None) -> LoopRig:
-    """Build the run's parts, say what the console should know of them, restore a checkpoint's
-    state, and wire the loop."""
+def start_run(run: OpenedRun, host: PluginHost, report_interrupted: Callable[[RunInterrupted], list[str]] | None,
+              placement: Placement | None = None) -> LoopRig:
+    """Build the run's parts (``placement``: where its learner and engine come from, default the
+    config's), say what the console should know of them, restore a checkpoint's state, and wire
+    the loop."""
     cfg, progress, log = run.cfg, run.progress, get_logger()
-    run.parts = parts = build_run(cfg, host, run.run_dir, policy_from=run.checkpoint, warn=progress.warning)
+    run.parts = parts = build_run(cfg, host, run.run_dir, policy_from=run.checkpoint, warn=progress.warning,
+                                  placement=placement)
     run.library_output.take_over()  # the loggers of libraries the build imported
     for note in parts.notes:
         progress.message(note)

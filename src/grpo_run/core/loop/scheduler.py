@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,6 +38,8 @@ from grpo_run.core.rollout.sequences import build_sequences, group_signal
 from grpo_run.core.runlog import get_logger
 
 _END = None  # queue sentinel
+_ONE_THREAD: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""Event loops whose compute already runs in one worker thread (:func:`_one_compute_thread`)."""
 
 
 def _seen(task: asyncio.Task) -> None:
@@ -58,6 +61,9 @@ def _one_compute_thread() -> None:
     both in one thread). When stages overlap (``async_steps > 1``) they need threads of their own.
     """
     loop = asyncio.get_running_loop()
+    if loop in _ONE_THREAD:
+        return  # a sweep's variants share their event loop, and its one compute thread
+    _ONE_THREAD.add(loop)
     loop.set_default_executor(ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-run-compute"))
 
 

@@ -24,5 +24,5 @@ async def push_snapshot(engine: Any, snapshot: Mapping[str, Any] | LoraAdapter, 
     except RunError:
         raise  # says what failed already
     except Exception as exc:  # any engine: the run ends with the engine and the step named
-        name = getattr(type(engine), "name", type(engine).__name__)
+        name = getattr(engine, "name", type(engine).__name__)
         raise RunError(f"engine {name!r}: weight sync for step {version} failed: {type(exc).__name__}: {exc}") from exc

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from grpo_run.core.learner.lora import merged_model_writer
 from grpo_run.core.loop.build import RunParts, loop_settings
 from grpo_run.core.loop.checkpoint import prune_checkpoints, rng_state, save_checkpoint
 from grpo_run.core.loop.held_loop import HoldTally, loop_holder, stop_held_loop, stop_held_too_long
@@ -62,8 +61,8 @@ class LoopRig:
     def drive(self, signals: StopSignals) -> LoopState:
         """Run the loop to its end; a stop signal reaches it on its event loop."""
         limit_s = self.parts.cfg.train.max_loop_hold_s
-        state = asyncio.run(self._drive(signals, held_by=self.held_by, on_stuck=self._stuck, hold_limit_s=limit_s,
-                                        on_held_too_long=self._held_too_long, held_in_step=self.holds.total))
+        state = asyncio.run(self._drive(signals, held_by=self.held_by, on_stuck=self.stuck, hold_limit_s=limit_s,
+                                        on_held_too_long=self.held_too_long, held_in_step=self.holds.total))
         signals.finishing()  # only now: asyncio.run's own end waits for every task left (an agent's)
         return state
 
@@ -99,9 +98,14 @@ class LoopRig:
             save_step(self.parts, steps, self.loop.resume_rollout_state())
 
     async def _drive(self, signals: StopSignals, **looping: Any) -> LoopState:
-        """The loop and the report of what a quiet loop waits for; async verifiers close on the
-        event loop they used. ``looping``: the options of :meth:`StopSignals.looping`."""
+        """:meth:`looped`, a stop signal reaching it on its event loop. ``looping``: the options
+        of :meth:`StopSignals.looping`."""
         signals.looping(asyncio.get_running_loop(), self.loop.request_stop, **looping)
+        return await self.looped()
+
+    async def looped(self) -> LoopState:
+        """The loop and the report of what a quiet loop waits for; async verifiers close on the
+        event loop they used. (A sweep runs its variants' this way, side by side.)"""
         reporting = asyncio.create_task(self.waits.run(), name="wait-reporter")
         try:
             return await self.loop.run()
@@ -123,13 +127,15 @@ class LoopRig:
     def _checkpoint_of(self, step: int) -> Path:
         return checkpoints_dir(self.parts.cfg, self.run.run_dir) / f"step_{step}"
 
-    def _stuck(self, signal_name: str, holder: str, held: bool) -> list[str]:
+    def stuck(self, signal_name: str, holder: str, held: bool) -> list[str]:
+        """A first signal found the event loop held: save what is safe (:func:`stop_held_loop`)."""
         run = self.run
         return stop_held_loop(signal_name, holder, self.loop, self.checkpointer, self.held_by, run.start_step,
                               run.checkpoint, self._checkpoint_of, run.run_dir, run.log_file,
                               self.report_interrupted, held)
 
-    def _held_too_long(self, holder: str, in_total: bool) -> list[str]:
+    def held_too_long(self, holder: str, in_total: bool) -> list[str]:
+        """Code held the event loop past ``train.max_loop_hold_s``: save what is safe (:func:`stop_held_too_long`)."""
         run = self.run
         return stop_held_too_long(holder, self.parts.cfg.train.max_loop_hold_s, self.loop, self.checkpointer,
                                   self.held_by, run.start_step, run.checkpoint, self._checkpoint_of, run.run_dir,
@@ -156,7 +162,7 @@ def save_step(parts: RunParts, step: int, rollout_state: Mapping[str, Any] | Non
             "in_flight": list(in_flight or []),
         },
         info={"step": step, "model": parts.cfg.model.name_or_path},
-        write_extra=merged_model_writer(parts.learner.learner) if isinstance(parts.learner, InProcessLearner) else None,
+        write_extra=parts.learner.extra_writer() if isinstance(parts.learner, InProcessLearner) else None,
     )
     pruned = prune_checkpoints(directory, parts.cfg.checkpoint.keep_last_n)
     get_logger().info("checkpoint_saved", step=step, path=str(dest), pruned=pruned)

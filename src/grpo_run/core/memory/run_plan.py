@@ -52,6 +52,9 @@ class PlanInputs:
     but not checked."""
     other_costs: Callable[[], MicroBatchCosts] | None = attrs.field(default=None, eq=False)
     """The costs with the other gradient-checkpointing setting (measured when first asked)."""
+    variants: int = 1
+    """A sweep's variants on the one base model (``grpo-run plan --vary``): their adapters and
+    optimizer states, and the engine's batch of all their requests."""
 
 
 @attrs.frozen
@@ -169,7 +172,7 @@ def learner_load(cfg: RunConfig, inputs: PlanInputs, adapter_sync: bool = False)
         root_params=shape.root_params, head_params=(shape.head_params or shape.embedding_params) if model.lora is None else 0,
         reference_bytes=ref, reference_sharded=sharded and ref > 0,
         offload_optimizer=learner.offload_optimizer, offload_params=learner.offload_params,
-        foreach=inputs.device == "cuda",
+        foreach=inputs.device == "cuda", variants=inputs.variants,
     )
     return LearnerLoad(
         states=states, device=inputs.device, costs=inputs.costs, tokens_per_rank=-(-rollout.tokens // world),
@@ -206,7 +209,7 @@ def memory_request(cfg: RunConfig, inputs: PlanInputs, adapter_sync: bool = Fals
     adapter = lora_params(shape, cfg.model.lora) if adapter_sync and cfg.model.lora is not None else 0
     return MemoryRequest(
         params=shape.params, param_bytes=DTYPE_BYTES[cfg.model.dtype], layers=shape.layers, kv_dim=shape.kv_dim,
-        vocab=shape.vocab, sequences=rollout.sequences, prompt_tokens=rollout.prompt_tokens,
+        vocab=shape.vocab, sequences=rollout.sequences * inputs.variants, prompt_tokens=rollout.prompt_tokens,
         response_tokens=rollout.response_tokens, device=inputs.device,
         device_bytes=int(inputs.capacity) if inputs.device == "cuda" else None,
         hidden=shape.hidden, context=shape.context, engines=cfg.engine.num_engines,

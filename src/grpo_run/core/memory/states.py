@@ -61,6 +61,9 @@ class StateLoad:
     offload_params: bool = False
     foreach: bool = False
     """Multi-tensor AdamW (CUDA): temporaries as large as the trainable weights."""
+    variants: int = 1
+    """LoRA adapters on the one base model (a sweep's variants), each with its optimizer state;
+    their learner steps take turns, so one variant's gradients exist at a time."""
 
     @property
     def lora(self) -> bool:
@@ -107,16 +110,18 @@ def model_states(load: StateLoad) -> ModelStates:
     zero = load.zero
     shard_w = n if load.shards_weights else 1
     resident = [Part("weights", load.params * p / shard_w, params_note(load.params, p, shard_w))]
+    v = max(1, load.variants)
+    each = f"{v} variants x " if v > 1 else ""
     if load.lora:
         resident[0] = Part("weights", load.params * p / shard_w, params_note(load.params, p, shard_w) + " (frozen base)")
-        resident.append(Part("LoRA adapters", t * load.trainable_bytes / shard_w,
-                             params_note(t, load.trainable_bytes, shard_w)))
+        resident.append(Part("LoRA adapters", v * t * load.trainable_bytes / shard_w,
+                             each + params_note(t, load.trainable_bytes, shard_w)))
     tb = load.trainable_bytes
     master = 4 if zero and tb == 2 else 0
     state_bytes = 8 if zero and tb == 2 else 2 * tb
     shard_o = n if (zero or load.strategy == "fsdp2") else 1
-    optimizer = [Part("optimizer state", t * state_bytes / shard_o,
-                      f"AdamW: 2 x {count(t)} x {state_bytes // 2} bytes" + (f" / {shard_o} ranks" if shard_o > 1 else ""))]
+    optimizer = [Part("optimizer state", v * t * state_bytes / shard_o,
+                      f"{each}AdamW: 2 x {count(t)} x {state_bytes // 2} bytes" + (f" / {shard_o} ranks" if shard_o > 1 else ""))]
     if master:
         optimizer.append(Part("master weights", t * master / shard_o, f"float32 copy of the trainable weights / {shard_o} ranks"))
     host: list[Part] = []

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from grpo_run.core.errors import RunError, UserError
 from grpo_run.core.learner.learner import Learner
+from grpo_run.core.learner.lora import merged_model_writer
 from grpo_run.core.placement.flat import encode_sequences
 from grpo_run.core.placement.heartbeat import BEAT_S, HeartbeatMonitor
 from grpo_run.core.placement.processes import WorkerDied
@@ -96,6 +97,10 @@ class InProcessLearner:
 
     def save_pretrained(self, directory: str | Path, safe_serialization: bool = True) -> None:
         self.learner.policy.save_pretrained(directory, safe_serialization=safe_serialization)
+
+    def extra_writer(self) -> Callable[[Path], None] | None:
+        """What a checkpoint writes besides the policy: a LoRA run's merged model, when asked for."""
+        return merged_model_writer(self.learner)
 
     def close(self) -> None:
         pass

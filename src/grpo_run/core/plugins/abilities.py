@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from grpo_run.core.plugins.adapters import LoraAdapter
+from grpo_run.core.plugins.adapters import AdapterSlots, LoraAdapter
 from grpo_run.core.plugins.episodes import Chat, EpisodeResult
 from grpo_run.core.plugins.types import Completion, MemoryPart, MemoryRequest, SamplingParams, VerifierResult
 
@@ -84,6 +84,46 @@ class TakesAdapters(Protocol):
     def refuses_adapter(cls, config: Any, lora: Mapping[str, Any]) -> str | None: ...
 
     async def update_adapter(self, adapter: LoraAdapter, version: int) -> None: ...
+
+
+@runtime_checkable
+class ServesAdapters(Protocol):
+    """An engine (with :class:`TakesAdapters`) that holds several named adapters on one base model
+    at once and samples each request with the one its ``SamplingParams.adapter`` names: what a
+    sweep (``grpo-run sweep``) needs, one adapter per variant.
+
+    The engine is built with ``EngineContext.adapters.count`` slots (the sweep's variants) and
+    ``max_rank`` / ``target_modules`` covering every variant's adapter. ``update_adapter`` loads
+    one adapter by name and ``version`` is that adapter's own: completions carry the version of the
+    adapter that made them. A request naming an adapter not loaded yet samples from the base
+    model (a variant before its first sync); ``adapter = None`` keeps the single-adapter meaning
+    (the adapter last loaded). An update of one adapter must not hold back the others' requests
+    for longer than it takes.
+
+    ``refuses_adapters`` is asked before anything is built, with the engine's ``config`` and the
+    slots it would get: the reason it cannot serve that many adapters at once (starting with the
+    key at fault), or ``None``.
+    """
+
+    @classmethod
+    def refuses_adapters(cls, config: Any, slots: AdapterSlots) -> str | None: ...
+
+
+@runtime_checkable
+class BatchesRequests(Protocol):
+    """An engine that generates several requests in one batch: what a sweep gathers from its
+    variants when the engine does not batch concurrent requests itself (``continuous_batching``).
+
+    ``requests`` are ``(prompt_ids, params)`` pairs, each as ``generate`` would take it (its own
+    ``n``, ``seed`` and ``adapter``); the result holds, per request, what ``generate`` would have
+    returned for it alone -- the same completions for the same seed, up to floating-point
+    reordering in the larger batch. Requests whose sampling settings differ (``temperature``,
+    ``max_new_tokens``, ...) may be generated one after the other.
+    """
+
+    async def generate_batch(
+        self, requests: Sequence[tuple[Sequence[Sequence[int]], SamplingParams]]
+    ) -> list[list[list[Completion]]]: ...
 
 
 @runtime_checkable

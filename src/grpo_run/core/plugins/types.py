@@ -44,6 +44,10 @@ class SamplingParams:
     """The call's sampling seed. The loop always sets it (from ``run.seed`` and the batch or
     evaluation step); an engine derives what it draws from it and the prompt and sample index
     alone, so the same request draws the same completions whatever came before."""
+    adapter: str | None = None
+    """The LoRA adapter to sample with, by name: a sweep's variant (an engine with
+    :class:`~grpo_run.ServesAdapters`; one not loaded yet samples from the base model). ``None``:
+    the engine's policy, the adapter it last loaded or its own weights."""
 
 
 @attrs.frozen
@@ -240,7 +244,8 @@ class MemoryRequest:
     """Key (and value) width per token and layer: key-value heads x head size."""
     vocab: int
     sequences: int
-    """Sequences of one rollout batch (prompts x samples per prompt)."""
+    """Sequences of one rollout batch (prompts x samples per prompt); in a sweep, every variant's
+    (the engine generates them together)."""
     prompt_tokens: int
     """The longest prompt (``data.max_prompt_token_length``)."""
     response_tokens: int

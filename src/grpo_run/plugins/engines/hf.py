@@ -4,7 +4,8 @@ Each distinct prompt of a call is computed once and its KV cache repeated to its
 decode steps write into buffers reserved for the call (:mod:`.hf_decode`, which says why this is
 not transformers' ``generate``, and what it keeps of it). Intra-op threads are set per call
 (``num_threads``), so generation in its worker thread and the learner in another do not both
-claim every core."""
+claim every core. A sweep's variants each have an adapter on this one copy of the model, and
+their requests share sampling calls (:mod:`.hf_batches`: ``generate_batch``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from grpo_run import Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, SamplingParams
+from grpo_run import AdapterSlots, Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, SamplingParams
 from grpo_run.plugins.engines.hf_adapters import PeftAdapters
-from grpo_run.plugins.engines.hf_decode import sample
+from grpo_run.plugins.engines.hf_batches import Segment, decode_settings, pack, request_segments
+from grpo_run.plugins.engines.hf_batches import sample_chunks as sample_chunks  # re-exported: its tests import it here
+from grpo_run.plugins.engines.hf_decode import RowDraws, sample
 
 if TYPE_CHECKING:  # functions import torch when they run: `grpo-run check` loads this module without it
     import torch
@@ -47,7 +50,9 @@ class HFEngine:
 
     The sampling loop is :mod:`.hf_decode`. Generation runs in a worker thread so the event loop
     (scoring, learner) keeps going; one sampling call runs at a time, and weight updates wait for
-    it to finish. A LoRA run's adapter goes into peft's layers on this copy (:mod:`.hf_adapters`).
+    it to finish. A LoRA run's adapter goes into peft's layers on this copy (:mod:`.hf_adapters`);
+    a sweep's variants have one adapter each, with a version each, and ``generate_batch`` samples
+    their requests together, one forward serving every adapter (peft's ``adapter_names``).
     """
 
     name = "hf"
@@ -66,6 +71,8 @@ class HFEngine:
         self.model.eval()
         self.model.requires_grad_(False)
         self.version = 0
+        self.versions: dict[str, int] = {}
+        """Each adapter's policy version (a sweep's variants sync theirs in turn)."""
         self._lock = threading.Lock()  # sampling vs weight update, across threads
         self._seed = context.seed
         self._calls = 0
@@ -123,6 +130,18 @@ class HFEngine:
         """Copy the adapter's tensors into the peft layers on this engine's model, in place."""
         await asyncio.to_thread(self._load_adapter, adapter, version)
 
+    @classmethod
+    def refuses_adapters(cls, config: HFEngineConfig, slots: AdapterSlots) -> str | None:
+        """None: peft holds any number of adapters on one model."""
+        return None
+
+    async def generate_batch(
+        self, requests: Sequence[tuple[Sequence[Sequence[int]], SamplingParams]]
+    ) -> list[list[list[Completion]]]:
+        """Several requests (each with its own ``n``, seed and adapter) in shared sampling calls:
+        each gets what ``generate`` gives it alone, up to floating-point reordering."""
+        return await asyncio.to_thread(self._generate_requests, requests)
+
     def state_dict(self) -> dict[str, int]:
         """The sampling-seed counter, so a resumed run draws the same completions."""
         return {"calls": self._calls}
@@ -146,7 +165,7 @@ class HFEngine:
             raise RuntimeError("the hf engine was built for full weights (EngineContext.adapters is None)")
         with self._lock:
             self.adapters.load(adapter)
-            self.version = version
+            self.version = self.versions[adapter.name] = version
 
     def generate_sync(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, first_prompt: int = 0
@@ -158,41 +177,67 @@ class HFEngine:
         ``first_prompt`` of the request), so what is drawn depends on what is asked, not on how
         many calls came before. Without it, a per-engine call counter (the engine's state) seeds
         each call."""
+        return self._generate_requests([(prompts, params)], first_prompt)[0]
+
+    def _generate_requests(
+        self, requests: Sequence[tuple[Sequence[Sequence[int]], SamplingParams]], first_prompt: int = 0
+    ) -> list[list[list[Completion]]]:
+        """Blocking generation of several requests (:mod:`.hf_batches` says how they share calls)."""
         import torch
 
-        out: list[list[Completion]] = [[] for _ in prompts]
+        out: list[list[list[Completion]]] = [[[] for _ in prompts] for prompts, _ in requests]
         with self._lock, torch.inference_mode(), _intra_op_threads(self.num_threads):
-            self._calls += 1
-            generator_state = torch.random.get_rng_state()
-            if params.seed is None:
-                torch.manual_seed(self._seed * 1_000_003 + self._calls)
-            taken = [0] * len(prompts)  # samples of each prompt drawn so far
-            try:
-                for chunk in sample_chunks(len(prompts), params.n, self.config.max_batch_size):
-                    first, _ = chunk[0]
-                    if params.seed is not None:
-                        torch.manual_seed(_chunk_seed(params.seed, first_prompt + first, taken[first]))
-                    unique = [list(prompts[i]) for i, _ in chunk]
-                    comps = self._generate_chunk(unique, [k for _, k in chunk], params)
-                    for i, k in chunk:
-                        out[i].extend(comps[:k])
-                        taken[i] += k
-                        comps = comps[k:]
-            finally:
-                torch.random.set_rng_state(generator_state)
+            segments: dict[tuple, list[Segment]] = {}  # by sampling settings, in request order
+            for r, (prompts, params) in enumerate(requests):
+                self._calls += 1
+                calls = self._calls
+                made = request_segments(r, len(prompts), params, self.config.max_batch_size,
+                                        lambda seed: self._generator(seed if seed is not None else
+                                                                     self._seed * 1_000_003 + calls),
+                                        self._adapter_for(params), first_prompt)
+                segments.setdefault(decode_settings(params), []).extend(made)
+            mixes = self.adapters.mixes if self.adapters is not None else (lambda names: len(names) == 1)
+            for group in segments.values():
+                for call in pack(group, self.config.max_batch_size, mixes):
+                    comps = self._sample_call(call, requests)
+                    for segment in call:
+                        for i, k in segment.chunk:
+                            out[segment.request][i].extend(comps[:k])
+                            comps = comps[k:]
         return out
 
-    def _generate_chunk(self, prompts: list[list[int]], copies: list[int], params: SamplingParams) -> list[Completion]:
-        """``copies[i]`` samples of ``prompts[i]``, in order, from one sampling loop.
-
-        Identical prompts are prefilled once (the G episodes of a group open with the same prompt,
-        each asked for as its own prompt with one sample)."""
+    def _generator(self, seed: int) -> torch.Generator:
         import torch
-        rows: dict[tuple[int, ...], int] = {}
+
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _adapter_for(self, params: SamplingParams) -> str | None:
+        """The loaded adapter a request samples with (``None``: the base model)."""
+        if self.adapters is None:
+            return None
+        name = params.adapter if params.adapter is not None else self.adapters.active
+        return name if self.adapters.has(name) else None
+
+    def _version_of(self, params: SamplingParams) -> int:
+        """The policy version of a request's completions: its adapter's (0 before it is loaded)."""
+        return self.version if params.adapter is None else self.versions.get(params.adapter, 0)
+
+    def _sample_call(self, call: Sequence[Segment], requests: Sequence[tuple[Sequence[Sequence[int]], SamplingParams]]
+                     ) -> list[Completion]:
+        """The samples of ``call``'s segments, in order, from one sampling loop.
+
+        Identical prompts with the same adapter are prefilled once (the G episodes of a group open
+        with the same prompt, each asked for as its own prompt with one sample; a sweep's variants
+        before their first sync share the base model)."""
+        import torch
+
+        rows: dict[tuple[str | None, tuple[int, ...]], int] = {}
         owners: list[int] = []
-        for p, k in zip(prompts, copies):
-            owners.extend([rows.setdefault(tuple(p), len(rows))] * k)
-        prompts = [list(p) for p in rows]
+        for segment in call:
+            prompts = requests[segment.request][0]
+            for i, k in segment.chunk:
+                owners.extend([rows.setdefault((segment.adapter, tuple(prompts[i])), len(rows))] * k)
+        prompts = [list(p) for _, p in rows]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -201,14 +246,27 @@ class HFEngine:
             attention[i, width - len(p) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         expand = torch.tensor(owners, dtype=torch.long, device=self.device)
-        new_tokens, token_logprobs = sample(
-            self.model, input_ids, attention, expand, params,
-            pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id, tokenizer=self.tokenizer,
-        )
+        params = requests[call[0].request][1]  # the call's sampling settings (equal for all its segments)
+        model, names, context = (self.adapters.model_for([a for a, _ in rows]) if self.adapters is not None
+                                 else (self.model, None, contextlib.nullcontext()))
+        with context:
+            new_tokens, token_logprobs = sample(
+                model, input_ids, attention, expand, params,
+                pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id, tokenizer=self.tokenizer,
+                draws=RowDraws([(s.rows, s.generator) for s in call]), adapters=names,
+            )
         new_tokens, token_logprobs = new_tokens.cpu(), token_logprobs.cpu()
-        return [self._to_completion(new_tokens[i], token_logprobs[i], params) for i in range(len(expand))]
+        out, b = [], 0
+        for segment in call:
+            request_params = requests[segment.request][1]
+            version = self._version_of(request_params)
+            for _ in range(segment.rows):
+                out.append(self._to_completion(new_tokens[b], token_logprobs[b], request_params, version))
+                b += 1
+        return out
 
-    def _to_completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, params: SamplingParams) -> Completion:
+    def _to_completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, params: SamplingParams,
+                       version: int) -> Completion:
         ids = tokens.tolist()
         finish = "length"
         end = len(ids)
@@ -229,39 +287,8 @@ class HFEngine:
             logprobs=tuple(logprobs[: len(ids)].tolist()),
             text=text,
             finish_reason=finish,
-            policy_version=self.version,
+            policy_version=version,
         )
-
-
-def sample_chunks(num_prompts: int, n: int, max_batch_size: int) -> list[list[tuple[int, int]]]:
-    """Split ``n`` samples of each prompt into sampling calls of at most ``max_batch_size``
-    sequences: per call, ``(prompt_index, copies)`` in prompt order. A prompt's samples stay in one
-    call when they fit (so its prompt is prefilled once)."""
-    chunks: list[list[tuple[int, int]]] = []
-    current: list[tuple[int, int]] = []
-    filled = 0
-    for i in range(num_prompts):
-        left = n
-        while left:
-            if filled == max_batch_size or (filled and filled + left > max_batch_size and left <= max_batch_size):
-                chunks.append(current)
-                current, filled = [], 0
-            take = min(left, max_batch_size - filled)
-            current.append((i, take))
-            filled += take
-            left -= take
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _chunk_seed(seed: int, prompt: int, sample: int) -> int:
-    """The torch seed of a sampling call whose first sequence is sample ``sample`` of prompt
-    ``prompt`` of a request seeded ``seed``: a pure function of the three."""
-    import numpy as np
-
-    mixed = np.random.SeedSequence([seed % (1 << 64), prompt, sample]).generate_state(1, np.uint32)[0]
-    return int(mixed)
 
 
 @contextlib.contextmanager

@@ -3,15 +3,17 @@
 The first adapter of a name wraps the engine's model with peft (``get_peft_model``: LoRA layers
 replace the targeted modules of that same model object, so the sampling loop keeps calling the
 transformers model); every sync then copies the adapter's tensors into those layers in place. A run holds
-one adapter; more names would be more adapters on the same base (peft's ``add_adapter``), the one
-in use chosen per call.
+one adapter; a sweep one per variant, more adapters on the same base (peft's ``add_adapter``): a
+sampling call whose rows all use one adapter makes it the active one, a call mixing adapters goes
+through the ``PeftModel`` with each row's name (peft's ``adapter_names``; not with DoRA, which peft
+cannot mix).
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from grpo_run import LoraAdapter
@@ -39,10 +41,38 @@ class PeftAdapters:
         with torch.no_grad():
             for name, target in targets.items():
                 target.copy_(adapter.tensors[name])
-        if self.active != adapter.name:
-            self.peft.set_adapter(adapter.name)
+        self._activate(adapter.name)
+
+    def has(self, name: str | None) -> bool:
+        return name is not None and name in self.tensors
+
+    def mixes(self, names: set[str | None]) -> bool:
+        """Whether one forward can serve rows of all these adapters (``None``: the base model)."""
+        if len(names) <= 1:
+            return True
+        return self.peft is not None and not any(
+            getattr(self.peft.peft_config.get(n), "use_dora", False) for n in names if n is not None)
+
+    def model_for(self, adapters: Sequence[str | None]) -> tuple[Any, list[str] | None, contextlib.AbstractContextManager]:
+        """What a sampling call whose distinct prompts use ``adapters`` (loaded ones, ``None``: the
+        base model) calls: ``(model, adapter_names or None, a context to call it in)``."""
+        distinct = set(adapters)
+        if self.peft is None:
+            return self.model, None, contextlib.nullcontext()
+        if distinct == {None}:
+            return self.model, None, self.peft.disable_adapter()
+        if len(distinct) == 1:
+            (name,) = distinct
+            assert name is not None
+            self._activate(name)
+            return self.model, None, contextlib.nullcontext()
+        return self.peft, [name if name is not None else "__base__" for name in adapters], contextlib.nullcontext()
+
+    def _activate(self, name: str) -> None:
+        if self.active != name:
+            self.peft.set_adapter(name)
             self.peft.requires_grad_(False)
-            self.active = adapter.name
+            self.active = name
 
     def _add(self, adapter: LoraAdapter) -> None:
         peft = _peft()

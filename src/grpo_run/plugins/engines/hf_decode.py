@@ -28,6 +28,10 @@ strings use transformers' ``StopStringCriteria``. The model builds its own atten
 2D mask at every step, as under ``generate`` (a ready 4D mask saved nothing measurable on
 bench-small). Models whose cache is not one plain ``DynamicLayer`` per layer (sliding windows,
 linear attention) keep transformers' own cache layers.
+
+One call may hold several requests (a sweep's variants, :mod:`.hf_batches`): each block of rows
+draws from a generator of its own (:class:`RowDraws`), so a request's completions are those it
+gets alone for the same seed, and each row may name its LoRA adapter (peft's ``adapter_names``).
 """
 
 from __future__ import annotations
@@ -45,25 +49,49 @@ COMPACT_FRACTION = 8
 """Rows still in the forward are compacted once at least 1 / this of them have finished."""
 
 
+class RowDraws:
+    """Where the rows of a sampling call get their random numbers: consecutive blocks of rows,
+    each drawing from a ``torch.Generator`` of its own (one per request in a batch of several);
+    ``None``: every row from torch's global generator."""
+
+    def __init__(self, blocks: list[tuple[int, torch.Generator]] | None = None) -> None:
+        self.blocks = blocks
+
+    def uniform(self, rows: int, device: torch.device) -> torch.Tensor:
+        """``[rows, 1]`` float64 numbers in ``[0, 1)``, each block's from its generator."""
+        import torch
+
+        if self.blocks is None:
+            return torch.rand((rows, 1), dtype=torch.float64, device=device)
+        parts = [torch.rand((n, 1), dtype=torch.float64, device=device, generator=g) for n, g in self.blocks]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 def sample(
     model: Any, input_ids: torch.Tensor, attention: torch.Tensor, owners: torch.Tensor, params: SamplingParams,
-    *, pad_token_id: int, eos_token_id: int | None, tokenizer: Any = None,
+    *, pad_token_id: int, eos_token_id: int | None, tokenizer: Any = None, draws: RowDraws | None = None,
+    adapters: list[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New tokens ``[B, T]`` (``pad_token_id`` after a row's end) and their log-probs ``[B, T]``
     (float32, under the sampling temperature, without top-p renormalisation: what the learner
     recomputes) for ``B = len(owners)`` samples; sample ``b`` continues prompt ``owners[b]`` of the
-    left-padded distinct prompts ``input_ids`` / ``attention`` ``[P, W]``."""
+    left-padded distinct prompts ``input_ids`` / ``attention`` ``[P, W]``. ``draws``: the rows'
+    random numbers (default: torch's global generator). ``adapters``: the LoRA adapter of each
+    distinct prompt (peft's ``adapter_names``; ``model`` is then the ``PeftModel``)."""
     import torch
     from transformers import DynamicCache
 
+    draws = draws or RowDraws()
     width, steps = input_ids.shape[1], params.max_new_tokens
     positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)  # generate's rule for left padding
     prefill = DynamicCache(config=model.config)
+    named = {"adapter_names": adapters} if adapters is not None else {}
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                **{cache_keyword(): prefill}, **_last_logits_only(model))
+                **{cache_keyword(): prefill}, **_last_logits_only(model), **named)
     logits = out.logits[:, -1].float()[owners]
     del out
-    running = _Running(model, prefill, attention, positions, owners, steps)
+    row_adapters = [adapters[o] for o in owners.tolist()] if adapters is not None else None
+    running = _Running(model, prefill, attention, positions, owners, steps, row_adapters)
     batch = len(owners)
     sequences = torch.full((batch, width + steps), pad_token_id, dtype=torch.long, device=input_ids.device)
     sequences[:, :width] = input_ids[owners]
@@ -72,7 +100,7 @@ def sample(
     unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
     stop = _stop_strings(tokenizer, params.stop_strings)
     for t in range(steps):
-        chosen, chosen_logprobs = _draw(logits, params, sequences[:, : width + t])
+        chosen, chosen_logprobs = _draw(logits, params, sequences[:, : width + t], draws)
         chosen = torch.where(unfinished, chosen, pad_token_id)
         tokens[:, t], logprobs[:, t], sequences[:, width + t] = chosen, chosen_logprobs, chosen
         if eos_token_id is not None:
@@ -87,7 +115,8 @@ def sample(
     return tokens, logprobs
 
 
-def _draw(logits: torch.Tensor, params: SamplingParams, sequences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(logits: torch.Tensor, params: SamplingParams, sequences: torch.Tensor,
+          draws: RowDraws) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row of ``[B, V]`` logits and its log-prob under the temperature."""
     import torch
 
@@ -99,22 +128,23 @@ def _draw(logits: torch.Tensor, params: SamplingParams, sequences: torch.Tensor)
         from transformers import TopPLogitsWarper
 
         probs = torch.softmax(TopPLogitsWarper(top_p=params.top_p)(sequences, z), dim=-1)
-        chosen = inverse_cdf(probs)
+        chosen = inverse_cdf(probs, draws)
         return chosen, z.gather(-1, chosen[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
     probs = torch.softmax(z, dim=-1)
-    chosen = inverse_cdf(probs)
+    chosen = inverse_cdf(probs, draws)
     return chosen, probs.gather(-1, chosen[:, None]).squeeze(-1).log()
 
 
-def inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(probs: torch.Tensor, draws: RowDraws | None = None) -> torch.Tensor:
     """One draw per row of ``[B, V]`` probabilities from one uniform number per row: the first
     token whose cumulative probability (float64) reaches it. ``torch.multinomial`` draws an
     exponential variate for every entry instead (``argmax(probs / q)``). A token of probability 0
-    is never drawn: the uniform number is in ``(0, total]``."""
+    is never drawn: the uniform number is in ``(0, total]``. ``draws``: where the uniform numbers
+    come from (default: torch's global generator)."""
     import torch
 
     cdf = probs.double().cumsum(-1)
-    u = (1.0 - torch.rand((len(probs), 1), dtype=torch.float64, device=probs.device)) * cdf[:, -1:]
+    u = (1.0 - (draws or RowDraws()).uniform(len(probs), probs.device)) * cdf[:, -1:]
     return torch.searchsorted(cdf, u).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
@@ -122,9 +152,11 @@ class _Running:
     """The rows still in the forward: their KV cache, attention mask and next position."""
 
     def __init__(self, model: Any, prefill: Any, attention: torch.Tensor, positions: torch.Tensor,
-                 owners: torch.Tensor, steps: int) -> None:
+                 owners: torch.Tensor, steps: int, adapters: list[str] | None = None) -> None:
         import torch
 
+        self.adapters = adapters
+        """Each sample's LoRA adapter (peft's ``adapter_names``), or ``None``."""
         self.width = attention.shape[1]
         self.rows = torch.arange(len(owners), device=owners.device)
         """The sample each row of the forward holds."""
@@ -144,8 +176,12 @@ class _Running:
     def forward(self, model: Any, chosen: torch.Tensor, step: int) -> torch.Tensor:
         """Float32 ``[rows, V]`` logits after feeding each running row its token of ``step``."""
         length = self.width + step + 1
+        named = {}
+        if self.adapters is not None:
+            named["adapter_names"] = [self.adapters[r] for r in self.rows.tolist()]
         out = model(input_ids=chosen[self.rows, None], attention_mask=self.mask[:, :length],
-                    position_ids=(self.next_position + step)[:, None], use_cache=True, **{cache_keyword(): self.cache})
+                    position_ids=(self.next_position + step)[:, None], use_cache=True, **{cache_keyword(): self.cache},
+                    **named)
         return out.logits[:, -1].float()
 
     def drop_finished(self, unfinished: torch.Tensor) -> None:
@@ -226,5 +262,7 @@ def _stop_strings(tokenizer: Any, stop_strings: tuple[str, ...]) -> Any:
 
 
 def _last_logits_only(model: Any) -> dict[str, int]:
-    """``logits_to_keep=1`` where the model takes it: the prefill needs the last position's logits."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(type(model).forward).parameters else {}
+    """``logits_to_keep=1`` where the model takes it: the prefill needs the last position's logits
+    (a ``PeftModel`` passes it on to the model it wraps)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(type(inner).forward).parameters else {}

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from grpo_run import Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, RunError, SamplingParams
+from grpo_run import (
+    AdapterSlots, Completion, EngineContext, LoraAdapter, MemoryPart, MemoryRequest, RunError, SamplingParams,
+)
 from grpo_run.plugins.engines.vllm import worker as wire
 from grpo_run.plugins.engines.vllm.adapters import AdapterFiles
 from grpo_run.plugins.engines.vllm.client import DIED, WorkerClient, WorkerError, worker_environment
@@ -93,9 +95,10 @@ class VLLMEngine:
         finished = False
         try:
             seeds = self._seeds(len(prompts) * params.n, params)
+            adapter = params.adapter if params.adapter is not None else self.adapter
             try:
                 await self.client.send_watched((wire.GENERATE, key, [list(p) for p in prompts],
-                                                vllm_sampling(params), seeds, self.adapter),
+                                                vllm_sampling(params), seeds, adapter),
                                                f"generating with the weights of step {self.version}")
             except WorkerError as exc:
                 raise WorkerError(f"vllm engine: cannot generate with the weights of step {self.version}: {exc}") from None
@@ -148,6 +151,11 @@ class VLLMEngine:
         """vLLM serves plain LoRA and rsLoRA adapters up to ``max_lora_rank``: not DoRA, trained
         biases or ``modules_to_save``."""
         return config.refused_adapter(lora)
+
+    @classmethod
+    def refuses_adapters(cls, config: VLLMEngineConfig, slots: AdapterSlots) -> str | None:
+        """None: vLLM batches requests of different adapters (``max_loras`` = the slots)."""
+        return None
 
     async def update_adapter(self, adapter: LoraAdapter, version: int) -> None:
         """Write ``adapter`` to the engine's private directory and have the worker reload it in

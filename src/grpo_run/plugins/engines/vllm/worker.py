@@ -11,7 +11,8 @@ descriptor is inherited as ``FD``), ``(kind, key, *payload)``:
 
 trainer -> worker
   ``("generate", gid, prompts, sampling, seeds, adapter)``  add ``len(seeds)`` requests (``adapter``:
-                                                   the name of a loaded LoRA adapter to use, or ``None``)
+                                                   the name of a LoRA adapter, or ``None``: the base
+                                                   model; one not loaded yet: the base model too)
   ``("update_begin", uid, version)``               start a weight update (drains first unless in-flight)
   ``("adapter", uid, version, name, path)``        a whole LoRA adapter update: drain (unless in-flight),
                                                    reload adapter ``name`` from ``path``, finish
@@ -32,6 +33,10 @@ ones wait for the new weights. An adapter update is the same, one message long: 
 adapter under its id (``add_lora`` with ``load_inplace``, between decode steps, never as part of a
 generate request, which would reload it at every step), and requests keep naming it without
 ``load_inplace``. A failed adapter load fails that update only: vLLM keeps the adapter it had.
+
+Several adapters (a sweep's variants) each have a version of their own, which their requests'
+completions carry; an adapter update drains only that adapter's requests and holds back only its
+new ones, so the other adapters' requests keep running meanwhile.
 """
 
 from __future__ import annotations
@@ -146,10 +151,10 @@ def _finish_reload(worker: Any) -> None:
 class _Request:
     """One sampled completion being generated: tokens, log-probs and the versions that made them."""
 
-    __slots__ = ("gid", "prompt", "sample", "tokens", "logprobs", "first_version", "last_version", "finish")
+    __slots__ = ("gid", "prompt", "sample", "adapter", "tokens", "logprobs", "first_version", "last_version", "finish")
 
-    def __init__(self, gid: int, prompt: int, sample: int) -> None:
-        self.gid, self.prompt, self.sample = gid, prompt, sample
+    def __init__(self, gid: int, prompt: int, sample: int, adapter: str | None = None) -> None:
+        self.gid, self.prompt, self.sample, self.adapter = gid, prompt, sample, adapter
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.first_version: int | None = None
@@ -167,7 +172,8 @@ class Worker:
         self.inflight = bool(options.pop("inflight_updates"))
         self.sleep_when_idle = bool(options.pop("sleep_between_rollouts"))
         self.prefix_caching = bool(options.get("enable_prefix_caching", True))
-        self.version = int(options.pop("initial_version"))
+        self.version = self.initial_version = int(options.pop("initial_version"))
+        self.versions: dict[str, int] = {}  # adapter name -> its version
         self.nccl = options.pop("weight_transfer") == "nccl"
         if self.nccl:
             options["weight_transfer_config"] = {"backend": "nccl"}
@@ -199,7 +205,7 @@ class Worker:
 
     def serve(self) -> None:
         while True:
-            if self.update is not None and self.update[0] == "draining" and not self.engine.has_unfinished_requests():
+            if self.update is not None and self.update[0] == "draining" and self._drained():
                 self._start_loading()
             # Decode steps run unless an update is loading weights (draining still steps).
             loading = self.update is not None and self.update[0] == "loading"
@@ -222,7 +228,7 @@ class Worker:
         kind, key = message[0], message[1]
         try:
             if kind == GENERATE:
-                if self.update is not None:
+                if self._held_back(message):
                     self.waiting.append(message)
                 else:
                     self._add(*message[1:])
@@ -260,13 +266,13 @@ class Worker:
         from vllm.sampling_params import RequestOutputKind
 
         self._wake()
-        lora = self.loras[adapter] if adapter is not None else None
+        lora = self.loras.get(adapter) if adapter is not None else None  # not loaded yet: the base model
         n = len(seeds) // max(1, len(prompts))
         prompt = {"prompt_token_ids": None}
         if self.prefix_caching:
             # Prefix-cache entries are keyed by the weights that computed them, so a request
             # started after an in-flight update never reuses KV computed by older weights.
-            prompt["cache_salt"] = f"policy-{self.version}"
+            prompt["cache_salt"] = f"{adapter or 'policy'}-{self._version_of(adapter)}"
         for p, ids in enumerate(prompts):
             self.groups[(gid, p)] = [None] * n
             for s in range(n):
@@ -275,7 +281,7 @@ class Worker:
                 )
                 rid = f"{gid}:{p}:{s}:{self.next_request}"
                 self.next_request += 1
-                self.requests[rid] = _Request(gid, p, s)
+                self.requests[rid] = _Request(gid, p, s, adapter)
                 self.engine.add_request(rid, {**prompt, "prompt_token_ids": list(ids)}, params, lora_request=lora)
 
     def _abort(self, gid: int) -> None:
@@ -295,9 +301,10 @@ class Worker:
                 continue
             completion = out.outputs[0]
             if completion.token_ids:
+                version = self._version_of(req.adapter)
                 if req.first_version is None:
-                    req.first_version = self.version
-                req.last_version = self.version
+                    req.first_version = version
+                req.last_version = version
                 req.tokens.extend(completion.token_ids)
                 req.logprobs.extend(d[t].logprob for d, t in zip(completion.logprobs, completion.token_ids))
             if out.finished:
@@ -315,10 +322,31 @@ class Worker:
 
     # -- weights -------------------------------------------------------------------------------
 
+    def _version_of(self, adapter: str | None) -> int:
+        """The version of what serves ``adapter``'s requests (``None``: the base model or the full weights)."""
+        return self.version if adapter is None else self.versions.get(adapter, self.initial_version)
+
+    def _drained(self) -> bool:
+        """Whether the update may load: no request left that it must wait for (an adapter
+        update: none of that adapter's)."""
+        if self.adapter_update is not None:
+            name = self.adapter_update[1]
+            return not any(r.adapter == name for r in self.requests.values())
+        return not self.engine.has_unfinished_requests()
+
+    def _held_back(self, message: tuple) -> bool:
+        """Whether a generate message waits for the update in progress (an adapter update holds
+        back only the requests of its adapter)."""
+        if self.update is None:
+            return False
+        if self.adapter_update is not None:
+            return len(message) > 5 and message[5] == self.adapter_update[1]
+        return True
+
     def _begin_update(self, uid: int) -> None:
         self._wake()
         self.update = ("draining", uid)
-        if self.inflight or not self.engine.has_unfinished_requests():
+        if self.inflight or self._drained():
             self._start_loading()
 
     def _start_loading(self) -> None:
@@ -347,6 +375,7 @@ class Worker:
             self._end_update((ERROR, uid, f"{type(exc).__name__}: {exc}"))
             return
         self.loras[name] = LoRARequest(name, lora_id, path)
+        self.versions[name] = version
         self._updated(uid, version, start)
 
     def _finish_update(self, uid: int, version: int) -> None:
