@@ -203,8 +203,11 @@ def test_a_shape_no_model_has_is_refused_in_one_line(tmp_path: Path, field: str,
 
 def test_ctrl_c_ends_a_long_simulation(tmp_path: Path) -> None:
     config = _write(tmp_path, QWEN_7B)
+    # Started as a shell without job control starts `cmd &`: with SIGINT ignored, which Ctrl-C's
+    # kill -INT must still stop.
     proc = subprocess.Popen([sys.executable, "-m", "grpo_run", "plan", str(config), "--device", "cuda", "--memory",
-                             "80GiB", "--simulate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "80GiB", "--simulate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     time.sleep(20)  # planned by now, simulating
     proc.send_signal(signal.SIGINT)
     try:

@@ -27,6 +27,7 @@ import argparse
 import faulthandler
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         argcomplete.autocomplete(parser)
     args = parser.parse_args(args_list)
+    # Ctrl-C (or kill -INT) stops every command even when a shell without job control started it in
+    # the background, with SIGINT ignored: Python then installs no handler of its own.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     err = Console(stderr=True, highlight=False)
     try:
         return _dispatch(args)

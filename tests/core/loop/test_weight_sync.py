@@ -114,8 +114,8 @@ def test_a_corrupt_adapter_stops_the_run_naming_the_engine_and_the_checkpoints_s
     taken = lora.adapter_snapshot
     calls = []
 
-    def corrupt_second(policy):
-        adapter = taken(policy)
+    def corrupt_second(*args):
+        adapter = taken(*args)
         calls.append(1)
         if len(calls) < 2:
             return adapter
