@@ -2,7 +2,7 @@
 ``grpo-run`` command in subprocesses). Prints figures; asserts nothing.
 
     python bench/bench_sweep.py [--parts embedded,smollm2] [--steps 3] [--shapes 2x8,8x8]
-        [--seeds 1,2] [--lrs 1e-4,3e-4] [--threads 2] [--response-length 48] [--probe-steps 2] [--keep DIR]
+        [--seeds 1,2] [--lrs 1e-4,3e-4] [--threads 2] [--response-length 48] [--probe-steps 1] [--keep DIR]
     python bench/bench_sweep.py --quick        # the same figures at toy sizes, in a few minutes
 
 ``embedded``: examples/arithmetic.toml with LoRA r=8, ``--vary optim.lr=1e-3,3e-3``, ``--embedded-steps``
@@ -250,7 +250,7 @@ def main() -> int:
     parser.add_argument("--lrs", default="1e-4,3e-4")
     parser.add_argument("--threads", type=int, default=2, help="train.num_threads of the SmolLM2 runs")
     parser.add_argument("--response-length", type=int, default=48)
-    parser.add_argument("--probe-steps", type=int, default=2,
+    parser.add_argument("--probe-steps", type=int, default=1,
                         help="steps of the lone run at the batched size, when no lone run has that shape")
     parser.add_argument("--quick", action="store_true",
                         help="toy sizes: 1 embedded step, SmolLM2 at 1x4 with 8 tokens, 1 step")
