@@ -2,7 +2,7 @@
 ``grpo-run`` command in subprocesses). Prints figures; asserts nothing.
 
     python bench/bench_sweep.py [--parts embedded,smollm2] [--steps 3] [--shapes 2x8,8x8]
-        [--seeds 1,2] [--lrs 1e-4,3e-4] [--threads 2] [--response-length 48] [--probe-steps 1] [--keep DIR]
+        [--seeds 1,2] [--lrs 1e-4,3e-4] [--threads 2] [--response-length 48] [--probe-steps N] [--keep DIR]
     python bench/bench_sweep.py --quick        # the same figures at toy sizes, in a few minutes
 
 ``embedded``: examples/arithmetic.toml with LoRA r=8, ``--vary optim.lr=1e-3,3e-3``, ``--embedded-steps``
@@ -18,10 +18,11 @@ timings (``metrics.jsonl``): start-up is a lone run's wall time less its loop's 
 at its last step; it includes loading, the engine, the first checkpoint's writing and closing),
 the learner phase a step's ``perf/learner_s + perf/sync_s``, and the generation phase at the
 batched size the median ``perf/generation_s`` of a lone run of V x P prompts (V variants; the lone
-run of that shape when one was made, else one of ``--probe-steps`` steps). The sweep's learner
-takes the variants' steps in turn on the shared base, so the bound counts one learner phase per
-variant. Peak RSS: the ``grpo-run`` process (and the largest of its children, the scoring workers),
-and the whole process tree's sum, sampled every 0.2 s.
+run of that shape when one was made, else one of ``--probe-steps`` steps, default ``--steps``: its
+first step samples with the base model alone, its later ones with the adapter, beside the
+learner). The sweep's learner takes the variants' steps in turn on the shared base, so the bound
+counts one learner phase per variant. Peak RSS: the ``grpo-run`` process's, and the sum over its
+whole process tree (scoring workers included), sampled every 0.2 s.
 
 Runs take turns in one order (the lone runs, then the sweep) after a warm-up that converts the
 SmolLM2 model once. Needs peft (``grpo-run[peft]``) and, for ``smollm2``, the model
@@ -53,7 +54,8 @@ class Finished:
     """One ``grpo-run`` command's wall time, peak memory and output directory."""
 
     def __init__(self, wall_s: float, peak_main_mib: float, peak_tree_mib: float, directory: Path) -> None:
-        self.wall_s, self.peak_main_mib, self.peak_tree_mib, self.directory = wall_s, peak_main_mib, peak_tree_mib, directory
+        self.wall_s, self.directory = wall_s, directory
+        self.peak_main_mib, self.peak_tree_mib = peak_main_mib, peak_tree_mib
 
 
 def grpo_run(args: list[str], directory: Path) -> Finished:
@@ -184,7 +186,8 @@ def smollm2(args: argparse.Namespace, work: Path, shape: tuple[int, int], shapes
                      work / name)
     # A lone run of the batched shape: one of the lone runs when --shapes has that shape too.
     batched = f"{count * prompts}x{samples}"
-    probe = lone_run(seeds[0], lrs[0], count * prompts, args.steps if batched in shapes else args.probe_steps)
+    probe = lone_run(seeds[0], lrs[0], count * prompts,
+                     args.steps if batched in shapes or not args.probe_steps else args.probe_steps)
     generation = statistics.median(r["perf/generation_s"] for r in rows(probe.directory))
     start = statistics.median(start_up_s(r) for r in lone.values())
     learner = [sum(step) for step in zip(*(learner_phases(r.directory) for r in lone.values()))]
@@ -250,8 +253,9 @@ def main() -> int:
     parser.add_argument("--lrs", default="1e-4,3e-4")
     parser.add_argument("--threads", type=int, default=2, help="train.num_threads of the SmolLM2 runs")
     parser.add_argument("--response-length", type=int, default=48)
-    parser.add_argument("--probe-steps", type=int, default=1,
-                        help="steps of the lone run at the batched size, when no lone run has that shape")
+    parser.add_argument("--probe-steps", type=int, default=0,
+                        help="steps of the lone run at the batched size, when no lone run has that shape "
+                             "(0: --steps)")
     parser.add_argument("--quick", action="store_true",
                         help="toy sizes: 1 embedded step, SmolLM2 at 1x4 with 8 tokens, 1 step")
     parser.add_argument("--keep", help="keep the run directories here")
