@@ -1,15 +1,20 @@
 """``grpo_run.sweep`` from Python: the variants of a config with a plain reward function whose
 weight varies (each variant's rewards are its own), a variation refused before anything loads,
-and a finished sweep found complete when resumed."""
+a finished sweep found complete when resumed, and docs/lora.md's example as a script file."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import grpo_run
+from support.paths import DOCS, EXAMPLES
 from support.runs import write_run
 from support.verifiers import LENGTH_REWARD
 
@@ -55,3 +60,27 @@ def test_a_variation_of_what_the_variants_share_raises_before_anything_loads(tmp
                        output_dir=tmp_path / "sweep")
     assert str(e.value) == "--vary: model.dtype: cannot vary in a sweep: the variants share one base model, held once"
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_docs_sweep_example_runs_as_a_script_file(tmp_path) -> None:
+    text = (DOCS / "lora.md").read_text(encoding="utf-8")
+    start = text.index("```python\n") + len("```python\n")
+    script = text[start:text.index("```", start)]
+    assert "grpo_run.sweep(\n    \"examples/arithmetic.toml\"" in script
+    (tmp_path / "examples").mkdir()
+    shutil.copy(EXAMPLES / "arithmetic.toml", tmp_path / "examples")
+    (tmp_path / "sweep.py").write_text(script, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the tested tree, in the child too
+    proc = subprocess.run([sys.executable, "sweep.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    names = ["lr-0.001_seed-1", "lr-0.001_seed-2", "lr-0.003_seed-1", "lr-0.003_seed-2"]
+    printed = [line.split() for line in proc.stdout.splitlines()]
+    assert [p[:2] for p in printed] == [[name, "completed"] for name in names]
+    sweep = tmp_path / "runs" / "arithmetic-sweep"
+    entries = json.loads((sweep / "sweep.json").read_text())["variants"]
+    assert [(e["name"], e["status"], e["step"]) for e in entries] == [(name, "completed", 3) for name in names]
+    for name in names:
+        assert (sweep / name / "checkpoints" / "step_3" / "adapter_model.safetensors").is_file()

@@ -178,6 +178,7 @@ def test_a_sweep_is_planned_with_every_variants_adapter_and_the_engines_whole_ba
     assert resident(sweep)["LoRA adapters"] == 6 * resident(alone)["LoRA adapters"]
     assert resident(sweep)["optimizer state"] == 6 * resident(alone)["optimizer state"]
     assert phase(sweep, "optimizer step")["gradients"] == phase(alone, "optimizer step")["gradients"]
+    assert resident(sweep)["hf engine: LoRA adapter"] == 6 * resident(alone)["hf engine: LoRA adapter"]
     # The engine generates the six variants' 8 x 4 sequences together (the hf engine's KV buffers: 6x).
     assert phase(sweep, "generation")["hf engine: KV cache"] == 6 * phase(alone, "generation")["hf engine: KV cache"]
     assert main(["plan", config, "--vary", "model.dtype=float32,bfloat16"]) == 2

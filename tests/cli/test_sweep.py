@@ -6,6 +6,7 @@ own resume to the weights of runs never interrupted, and the report compares the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import signal
@@ -93,6 +94,34 @@ def test_a_sweep_needs_lora(tmp_path, capsys) -> None:
     assert capsys.readouterr().err.strip() == (
         f"error: {EXAMPLE}: model.lora: a sweep trains one LoRA adapter per variant on one base model: "
         "add a [model.lora] table")
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    ("distributed.backend=ray", "distributed.backend: is 'ray': a sweep holds its variants' adapters in one learner "
+                                "process beside one engine (\"local\"); docs/lora.md says how to spread variants over "
+                                "machines"),
+    ("learner.strategy=ddp", "learner.strategy: is 'ddp' with 1 learner(s): a sweep's variants take turns on one "
+                             "learner holding the base model (\"single\")"),
+])
+def test_a_placement_a_sweep_cannot_spread_over_is_refused_in_one_line(tmp_path, capsys, setting, line) -> None:
+    # Scale-out (docs/lora.md): a sweep runs in one process; Ray placement and learner ranks are refused.
+    if setting.startswith("distributed.backend") and importlib.util.find_spec("ray") is None:
+        pytest.skip("without ray installed the config names the missing extra first")
+    code = main(["sweep", EXAMPLE, "--vary", "optim.lr=1e-3,3e-3", "--set", "model.lora.r=8", "--set", setting,
+                 "--output-dir", str(tmp_path / "s")])
+    assert code == 2 and capsys.readouterr().err.strip() == f"error: {EXAMPLE}: {line}"
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_sweep_on_a_pool_of_engines_samples_as_its_lone_runs(tmp_path) -> None:
+    # engine.num_engines = 2: every engine of the pool holds every variant's adapter.
+    common = [*QUIET, "--set", "model.lora.r=8", "--set", "train.total_steps=2", "--set", "engine.num_engines=2"]
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", EXAMPLE, "--vary", "optim.lr=1e-3,3e-3", "--output-dir", str(sweep), *common]) == 0
+    assert all(v["status"] == "completed" and v["step"] == 2 for v in variants(sweep).values())
+    lone = tmp_path / "lone"
+    assert main([EXAMPLE, "--output-dir", str(lone), "--set", "optim.lr=3e-3", *common]) == 0
+    assert metrics(sweep / "lr-0.003")[1]["reward/mean"] == metrics(lone)[1]["reward/mean"]
 
 
 def test_a_variant_whose_verifier_fails_stops_alone(tmp_path, tiny_model_dir, monkeypatch, capsys) -> None:

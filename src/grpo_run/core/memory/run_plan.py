@@ -213,7 +213,7 @@ def memory_request(cfg: RunConfig, inputs: PlanInputs, adapter_sync: bool = Fals
         response_tokens=rollout.response_tokens, device=inputs.device,
         device_bytes=int(inputs.capacity) if inputs.device == "cuda" else None,
         hidden=shape.hidden, context=shape.context, engines=cfg.engine.num_engines,
-        overlaps_learner=cfg.rollout.async_steps > 1, adapter_params=adapter,
+        overlaps_learner=cfg.rollout.async_steps > 1, adapter_params=adapter * inputs.variants,
     )
 
 

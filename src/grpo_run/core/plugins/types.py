@@ -264,7 +264,8 @@ class MemoryRequest:
     """Generation runs beside learner steps (``rollout.async_steps > 1``)."""
     adapter_params: int = 0
     """A LoRA run that syncs its adapter (``model.lora.sync``): the adapter's parameters, which the
-    engine holds beside its copy of the base model; 0 when it receives whole weights."""
+    engine holds beside its copy of the base model (a sweep's: every variant's adapter together);
+    0 when it receives whole weights."""
 
 
 @attrs.frozen

@@ -96,7 +96,8 @@ class HFEngine:
         parts = [MemoryPart("weights", request.params * request.param_bytes, "a copy of the policy", device=device)]
         if request.adapter_params:
             parts.append(MemoryPart("LoRA adapter", request.adapter_params * request.param_bytes,
-                                    "the policy's adapter on its copy of the base", device=device))
+                                    "the policy's adapter (a sweep's: every variant's) on its copy of the base",
+                                    device=device))
         return parts + [
             MemoryPart("KV cache", kv, f"{batch} sequences x {tokens} tokens", transient=True, device=device),
             MemoryPart("decode step", step, f"{batch} sequences x {request.vocab} logits, probabilities, "
