@@ -239,7 +239,7 @@ def _with(obj: Any, changes: dict[str, Any]) -> Any:
 
 
 def _fullest(plan: RunPlan) -> str:
-    return max(plan.capacity, key=lambda d: plan.device_peak(d) / max(1.0, min(plan.usable(d), 2.0**80)))
+    return max(plan.capacity, key=lambda d: plan.device_peak(d) / max(1.0, plan.usable(d)))
 
 
 def _largest_parts(plan: RunPlan) -> str:

@@ -46,10 +46,10 @@ class PlanInputs:
     """The trainer process before any model (CPU)."""
     gpus: int = 1
     """GPUs on the machine (CUDA)."""
-    host_capacity: float | None = None
+    host_capacity: float = UNKNOWN
     """The host's memory available, for what a CUDA run keeps there (offloaded state, a gathered
-    state dict, a sleeping vLLM's weights); ``None``: not known (planning another machine), shown
-    but not checked."""
+    state dict, a sleeping vLLM's weights); :data:`UNKNOWN`: not known (planning another machine),
+    shown but not checked."""
     other_costs: Callable[[], MicroBatchCosts] | None = attrs.field(default=None, eq=False)
     """The costs with the other gradient-checkpointing setting (measured when first asked)."""
     variants: int = 1
@@ -293,8 +293,8 @@ def plan_run(cfg: RunConfig, registry: ComponentRegistry, inputs: PlanInputs,
 def _assemble(cfg: RunConfig, inputs: PlanInputs, load: LearnerLoad, found: list[Component], budget: int, lp: int,
               longest: int, whole: int, notes: list[str], **fields: Any) -> RunPlan:
     processes = plan_processes(cfg, load, found, budget, lp)
-    host = inputs.host_capacity if inputs.host_capacity is not None else UNKNOWN
-    capacity = {p.device: (host if p.device == "cpu" and inputs.device == "cuda" else inputs.capacity) for p in processes}
+    capacity = {p.device: (inputs.host_capacity if p.device == "cpu" and inputs.device == "cuda" else inputs.capacity)
+                for p in processes}
     limit = cfg.learner.max_memory_gib * 2**30 if cfg.learner.max_memory_gib is not None else None
     problems = tuple(dict.fromkeys(f"{c.label}: {p.problem}" for c in found for p in c.parts if p.problem))
     return RunPlan(
